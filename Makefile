@@ -1,0 +1,31 @@
+# Both entry points create .venv and install what they need (torch 2.13.0 CPU first).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet torch==2.13.0
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/distro-node simulate --peers 4 --steps 150
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(PY) bench/payload.py
+	$(PY) bench/overhead.py
+	$(PY) bench/convergence.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

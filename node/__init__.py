@@ -1,0 +1,1 @@
+"""The daemon: CLI, config, model, data, trainer, checkpoints, metrics, local swarm launcher."""

@@ -1,0 +1,1 @@
+"""Training strategies (DisTrO and baselines) behind one interface. No networking here."""
