@@ -17,8 +17,10 @@ REASONS: tuple[str, ...] = (
     "dtype",
     "length",
     "index_range",
+    "index_order",
     "duplicate_index",
     "non_finite",
+    "value_range",
     "norm",
 )
 

@@ -50,6 +50,12 @@ class PayloadSpec:
     index_codec: str = "auto"
     value_codec: str = "fp32"
 
+    def __post_init__(self) -> None:
+        # Fail at configuration time (unknown codec, enum where C(n, k) >= 2**63), not on the first payload.
+        from .sizes import check_payload_spec  # late import: sizes imports this module
+
+        check_payload_spec(self)
+
     def settings_digest(self) -> bytes:
         """sha256 over the strategy name, codecs and settings: peers must agree on all of them."""
         doc = {
