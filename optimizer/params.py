@@ -1,0 +1,67 @@
+"""Which tensors a strategy owns, and in which order.
+
+Only trainable parameters, in the model's own order: the order defines the layout digest, so peers built from
+the same model code agree on it without exchanging anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from distro_node.compression.layout import ModelLayout, model_layout
+from distro_node.compression.payload import TensorSpec
+
+from .errors import StateError
+
+NamedParams = list[tuple[str, torch.nn.Parameter]]
+
+
+def trainable(model: torch.nn.Module | Iterable[tuple[str, torch.nn.Parameter]]) -> NamedParams:
+    """``(name, parameter)`` for every parameter with ``requires_grad``, in model order."""
+    pairs = model.named_parameters() if isinstance(model, torch.nn.Module) else model
+    out = [(name, p) for name, p in pairs if p.requires_grad]
+    if not out:
+        raise ValueError("the model has no trainable parameters")
+    return out
+
+
+def layout_of(params: NamedParams, chunk: int) -> ModelLayout:
+    return model_layout(((name, tuple(p.shape)) for name, p in params), chunk=chunk)
+
+
+def dense_specs(params: NamedParams) -> tuple[TensorSpec, ...]:
+    """One chunk per tensor holding every element: the dense payload shape of the baselines."""
+    return tuple(TensorSpec(name, 1, p.numel(), p.numel()) for name, p in params)
+
+
+def flat_layout_digest(params: NamedParams) -> bytes:
+    """Layout digest for strategies that send whole flattened tensors (the baselines)."""
+    numels = [p.numel() for _, p in params]
+    return model_layout(((n, (p.numel(),)) for n, p in params), chunk=max(numels)).digest()
+
+
+def grad_of(p: torch.Tensor) -> torch.Tensor:
+    """The parameter's gradient in float32; zeros for a parameter that got no gradient this step (unused
+    in the forward pass), so every tensor still appears in the payload."""
+    if p.grad is None:
+        return torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+    return p.grad.detach().to(torch.float32)
+
+
+def clone_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached copies, so a state dict does not alias live optimizer state that later steps mutate."""
+    return {name: t.detach().clone() for name, t in tensors.items()}
+
+
+def copy_into(target: dict[str, torch.Tensor], source: object, what: str) -> None:
+    """Copy ``source[name]`` into ``target[name]`` for every name, after checking that names and shapes match
+    exactly (a checkpoint of another model must fail loudly, not load partially)."""
+    if not isinstance(source, dict) or set(source) != set(target):
+        raise StateError(f"{what}: tensor names do not match this model")
+    for name, dst in target.items():
+        src = source[name]
+        if not isinstance(src, torch.Tensor) or tuple(src.shape) != tuple(dst.shape):
+            raise StateError(f"{what}[{name!r}]: expected a tensor of shape {tuple(dst.shape)}")
+    for name, dst in target.items():
+        dst.copy_(source[name])
