@@ -1,0 +1,73 @@
+"""Multiaddr parsing at the trust boundary.
+
+Addresses arrive from the command line (bootstrap list) and from other peers (peer exchange). Both are
+untrusted text, and the multiaddr/py-libp2p parsers raise a zoo of exception types (``StringParseError``,
+``InvalidAddrError``, ``ProtocolLookupError``, ``ValueError``...). Funnel them into ``BadMultiaddrError`` here
+so callers handle exactly one type.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from libp2p.peer.id import ID
+from multiaddr import Multiaddr
+
+from .errors import BadMultiaddrError
+
+# Longer than any sane /ip6/.../tcp/.../p2p/... address; bounds what a peer can make us parse.
+MAX_ADDR_TEXT = 256
+_DIALABLE_NET = ("ip4", "ip6", "dns", "dns4", "dns6")
+
+
+def parse_multiaddr(text: str) -> Multiaddr:
+    """Parse one multiaddr string, rejecting empty and oversized input."""
+    if not isinstance(text, str):
+        raise BadMultiaddrError(repr(text), "not a string")
+    if not text or len(text) > MAX_ADDR_TEXT:
+        raise BadMultiaddrError(text[:MAX_ADDR_TEXT], f"length must be 1..{MAX_ADDR_TEXT} characters")
+    try:
+        addr = Multiaddr(text)
+    except Exception as exc:  # the multiaddr package raises several unrelated types
+        raise BadMultiaddrError(text, str(exc)) from exc
+    if not list(addr.protocols()):
+        raise BadMultiaddrError(text, "no protocols")
+    return addr
+
+
+def split_peer_addr(addr: Multiaddr | str) -> tuple[ID, Multiaddr]:
+    """Split ``<transport>/p2p/<id>`` into (peer id, transport part); the id is required to dial securely."""
+    maddr = parse_multiaddr(addr) if isinstance(addr, str) else addr
+    text = str(maddr)
+    protocols = [p.name for p in maddr.protocols()]
+    if not protocols or protocols[-1] != "p2p":
+        raise BadMultiaddrError(text, "must end with /p2p/<peer id>")
+    try:
+        peer_text = maddr.value_for_protocol("p2p")
+        peer_id = ID.from_base58(str(peer_text))
+        transport = maddr.decapsulate(Multiaddr(f"/p2p/{peer_text}"))
+    except Exception as exc:
+        raise BadMultiaddrError(text, f"bad /p2p/ component ({exc})") from exc
+    if not list(transport.protocols()):
+        raise BadMultiaddrError(text, "no transport address before /p2p/")
+    return peer_id, transport
+
+
+def with_peer_id(transport: Multiaddr, peer_id: ID) -> Multiaddr:
+    """Append ``/p2p/<id>`` to a transport address."""
+    return transport.encapsulate(Multiaddr(f"/p2p/{peer_id}"))
+
+
+def is_dialable(transport: Multiaddr) -> bool:
+    """TCP over an IP or DNS name, and not an unspecified (0.0.0.0 / ::) listen address."""
+    names = [p.name for p in transport.protocols()]
+    if len(names) < 2 or names[0] not in _DIALABLE_NET or names[1] != "tcp":
+        return False
+    if names[0] in ("ip4", "ip6"):
+        try:
+            ip = ipaddress.ip_address(str(transport.value_for_protocol(names[0])))
+        except Exception:
+            return False
+        if ip.is_unspecified or ip.is_multicast:
+            return False
+    return True

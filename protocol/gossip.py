@@ -1,0 +1,222 @@
+"""Per-run announcement topic over gossipsub: small signed messages only.
+
+Facts about py-libp2p 0.8.1 this module is shaped by (checked in the installed source):
+- ``Pubsub(strict_signing=True)`` is the default: every published message is signed with the host key
+  (``libp2p-pubsub:`` prefix) and every received one is checked against the key embedded in ``from_id``
+  before validators run. We keep it on and report ``from_id`` as the sender; no extra signature layer.
+- Outbound RPCs larger than the per-peer queue's ``max_message_size`` (1 MiB, not configurable) are dropped
+  with a DEBUG log and ``publish()`` returns normally. We check size first and raise instead.
+- Inbound frames are capped by ``Pubsub(max_inbound_rpc_size=...)`` before the body is read; over-cap frames
+  reset the stream. Set explicitly, at 1 MiB: honest peers batch several messages and control data into one
+  RPC up to their 1 MiB outbound split size, so a lower cap would make us reset honest peers. Each message
+  inside is then held to our 4 KiB limit by the validator (rejected, not forwarded).
+- Gossipsub's built-in spam guard rejects more than ``max_messages_per_topic_per_second`` (default 10) per
+  forwarder, *including our own publishes*, silently. A swarm of N peers relays N announcements per round
+  through each forwarder, so we raise the limit; real rate limiting belongs to our peer scoring.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+from libp2p.abc import ISubscriptionAPI
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.tools.anyio_service import background_trio_service
+
+from .errors import AnnouncementTooLargeError, GossipError
+from .host import P2PHost
+
+logger = logging.getLogger(__name__)
+
+MAX_ANNOUNCEMENT_BYTES = 4096
+# go-libp2p-pubsub's default and py-libp2p 0.8.1's outbound split size; see module docstring.
+INBOUND_RPC_LIMIT = 1024 * 1024
+# py-libp2p 0.8.1's per-peer outbound queue holds 32 RPCs (OutBoundQueueSize); keep bursts below half of it.
+_QUEUE_HIGH_WATER = 16
+_QUEUE_POLL = 0.002
+
+Validator = Callable[[ID, bytes], bool]
+
+
+@dataclass(frozen=True)
+class GossipMessage:
+    """One announcement as delivered to the application; ``sender`` is signature-verified by libp2p."""
+
+    sender: ID
+    data: bytes
+    seqno: int
+
+
+@dataclass(frozen=True)
+class GossipConfig:
+    max_message_bytes: int = MAX_ANNOUNCEMENT_BYTES
+    max_inbound_rpc_bytes: int = INBOUND_RPC_LIMIT
+    degree: int = 6
+    degree_low: int = 4
+    degree_high: int = 12
+    heartbeat_interval: int = 1
+    max_messages_per_topic_per_second: float = 1000.0
+    receive_buffer: int = 1024
+    deliver_own: bool = False
+    publish_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_message_bytes <= self.max_inbound_rpc_bytes:
+            raise ValueError("GossipConfig.max_message_bytes must be in 1..max_inbound_rpc_bytes")
+        if not 0 < self.degree_low <= self.degree <= self.degree_high:
+            raise ValueError("GossipConfig needs 0 < degree_low <= degree <= degree_high")
+        if self.heartbeat_interval < 1 or self.receive_buffer < 1:
+            raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
+
+
+def announce_topic(run_id: bytes, name: str = "announce") -> str:
+    """Topic per run so unrelated runs sharing peers never see (or have to validate) each other's traffic."""
+    if not run_id:
+        raise ValueError("run_id must not be empty")
+    if not name or "/" in name:
+        raise ValueError(f"bad topic name {name!r}")
+    return f"distro/{run_id.hex()}/{name}"
+
+
+class AnnouncementChannel:
+    """Publish to and receive from one run's announcement topic. Created by ``open_gossip``."""
+
+    def __init__(self, host: P2PHost, pubsub: Pubsub, topic: str, config: GossipConfig) -> None:
+        self.topic = topic
+        self.config = config
+        self._host = host
+        self._pubsub = pubsub
+        self._send, self._recv = trio.open_memory_channel[GossipMessage](config.receive_buffer)
+        self.dropped = 0  # messages lost because the application did not drain ``receive`` fast enough
+
+    async def publish(self, data: bytes) -> None:
+        """Sign and publish; raises AnnouncementTooLargeError rather than letting libp2p drop silently."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"announcement must be bytes, not {type(data).__name__}")
+        if len(data) > self.config.max_message_bytes:
+            raise AnnouncementTooLargeError(len(data), self.config.max_message_bytes)
+        await self._wait_for_outbound_room()
+        try:
+            await self._pubsub.publish(self.topic, bytes(data))
+        except Exception as exc:  # PeerDataError and friends from py-libp2p
+            raise GossipError(f"publish on {self.topic} failed: {exc!r}") from exc
+
+    async def _wait_for_outbound_room(self) -> None:
+        """Back-pressure for bursts: 0.8.1 drops (silently) when a peer's 32-entry outbound queue is full.
+
+        ``publish()`` enqueues without yielding, so a tight publish loop fills the queues before the sender
+        tasks ever run. Waiting until every queue is at most half full keeps bursts lossless; a queue that
+        never drains (a stuck peer) bounds the wait and surfaces as GossipError instead of a silent drop.
+        """
+        with trio.move_on_after(self.config.publish_timeout) as scope:
+            while any(len(q) > _QUEUE_HIGH_WATER for q in self._pubsub.peer_queues.values()):
+                await trio.sleep(_QUEUE_POLL)
+            await trio.lowlevel.checkpoint()
+        if scope.cancelled_caught:
+            raise GossipError(f"outbound gossip queues did not drain within {self.config.publish_timeout:g}s")
+
+    async def receive(self) -> GossipMessage:
+        return await self._recv.receive()
+
+    def __aiter__(self) -> AsyncIterator[GossipMessage]:
+        return self._recv.__aiter__()
+
+    def subscribers(self) -> set[ID]:
+        """Peers that told us they are subscribed to this topic."""
+        return set(self._pubsub.peer_topics.get(self.topic, set()))
+
+    async def wait_for_subscribers(self, peers: set[ID], timeout: float) -> None:
+        """Wait until each peer has subscribed (so a publish reaches it); trio.TooSlowError on timeout."""
+        with trio.fail_after(timeout):
+            for peer_id in peers:
+                await self._pubsub.wait_for_subscription(peer_id, self.topic, timeout=timeout)
+
+    def _accept(self, forwarder: ID, msg: rpc_pb2.Message, user: Validator | None) -> bool:
+        # Runs after libp2p's signature check. Oversized messages are rejected so they are not forwarded.
+        if len(msg.data) > self.config.max_message_bytes:
+            return False
+        if user is None:
+            return True
+        try:
+            return bool(user(ID(msg.from_id), bytes(msg.data)))
+        except Exception as exc:
+            logger.debug("announcement validator raised %r; rejecting", exc)
+            return False
+
+    async def _pump(self, subscription: ISubscriptionAPI) -> None:
+        while True:
+            msg = await subscription.get()
+            sender = ID(msg.from_id)
+            if sender == self._host.peer_id and not self.config.deliver_own:
+                continue
+            item = GossipMessage(sender=sender, data=bytes(msg.data), seqno=int.from_bytes(msg.seqno, "big"))
+            try:
+                self._send.send_nowait(item)
+            except trio.WouldBlock:
+                self.dropped += 1
+                logger.warning("announcement buffer full on %s; dropped (total %d)", self.topic, self.dropped)
+
+
+@asynccontextmanager
+async def open_gossip(
+    host: P2PHost,
+    run_id: bytes,
+    *,
+    validator: Validator | None = None,
+    config: GossipConfig | None = None,
+    name: str = "announce",
+) -> AsyncIterator[AnnouncementChannel]:
+    """Join the run's topic for the duration of the block.
+
+    ``validator(sender, data) -> bool`` runs for every message (ours included) before delivery and
+    forwarding; a False or an exception rejects the message. Keep it cheap and synchronous: libp2p calls it
+    inline on the receive path.
+    """
+    cfg = config or GossipConfig()
+    router = GossipSub(
+        protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11],
+        degree=cfg.degree,
+        degree_low=cfg.degree_low,
+        degree_high=cfg.degree_high,
+        heartbeat_interval=cfg.heartbeat_interval,
+        max_messages_per_topic_per_second=cfg.max_messages_per_topic_per_second,
+    )
+    pubsub = Pubsub(host.libp2p, router, strict_signing=True, max_inbound_rpc_size=cfg.max_inbound_rpc_bytes)
+    topic = announce_topic(run_id, name)
+    channel = AnnouncementChannel(host, pubsub, topic, cfg)
+    pubsub.set_topic_validator(topic, lambda fwd, msg: channel._accept(fwd, msg, validator), False)
+    # Pubsub registered its inbound handler unguarded. When the pubsub service stops while a peer's RPC is
+    # in flight, 0.8.1 raises "Nursery is closed to new arrivals" out of that handler, through the
+    # connection's task group, and takes the whole host down. Re-register it behind our guard.
+    for protocol in router.get_protocols():
+        host.set_handler(protocol, pubsub.stream_handler)
+    try:
+        async with background_trio_service(pubsub), background_trio_service(router):
+            await pubsub.wait_until_ready()
+            subscription = await pubsub.subscribe(topic)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(channel._pump, subscription)
+                # Peers connected before we attached never fired our notifee; register them explicitly.
+                for peer_id in host.connected_peers():
+                    nursery.start_soon(_register_existing_peer, pubsub, peer_id)
+                try:
+                    yield channel
+                finally:
+                    nursery.cancel_scope.cancel()
+    finally:
+        for protocol in router.get_protocols():
+            host.remove_handler(protocol)
+
+
+async def _register_existing_peer(pubsub: Pubsub, peer_id: ID) -> None:
+    try:
+        await pubsub.ensure_peer_stream(peer_id)
+    except Exception as exc:
+        logger.debug("could not open pubsub stream to already-connected %s: %r", peer_id, exc)

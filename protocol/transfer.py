@@ -1,0 +1,319 @@
+"""Payload stream protocol ``/distro/payload/1.0.0``: pull a payload by content hash from any holder.
+
+Payloads (~2.8 MB) are far above what gossip should carry, so they move on a direct stream. The receiver
+treats every holder as hostile until the bytes hash to what was requested:
+- the announced length is checked against our cap (and the announced size, when known) *before* any buffer
+  exists, so a 2 GiB length prefix costs nothing but a reset stream;
+- the body is read in bounded chunks and hashed as it arrives;
+- any violation resets the stream and raises a typed error, so the fetch loop moves on to the next holder and
+  the caller can score the peer.
+
+Wire format (all integers big-endian):
+  request  = version:u8 (=1) | run_id_len:u8 (1..64) | run_id | step:u64 | sha256:32      (<= 106 bytes)
+  reply    = status:u8 | length:u64 | body[length]                 (length is 0 unless status == OK)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.custom_types import TProtocol
+from libp2p.network.stream.exceptions import StreamEOF
+from libp2p.peer.id import ID
+
+from .errors import (
+    BadRequestError,
+    FetchFailedError,
+    HashMismatchError,
+    MalformedReplyError,
+    PayloadNotFoundError,
+    PayloadTooLargeError,
+    RemoteBusyError,
+    StoreError,
+    TransferError,
+    TransferTimeoutError,
+    TransportError,
+)
+from .host import P2PHost
+from .store import DIGEST_BYTES, PayloadStore
+from .wire import READ_CHUNK, ShortReadError, read_exactly, reset_quietly
+
+logger = logging.getLogger(__name__)
+
+PAYLOAD_PROTOCOL = TProtocol("/distro/payload/1.0.0")
+REQUEST_VERSION = 1
+MAX_RUN_ID_BYTES = 64
+MAX_REQUEST_BYTES = 2 + MAX_RUN_ID_BYTES + 8 + DIGEST_BYTES
+_REPLY_HEADER = struct.Struct(">BQ")
+_STEP = struct.Struct(">Q")
+_WRITE_CHUNK = 256 * 1024
+
+
+class Status(IntEnum):
+    OK = 0
+    NOT_FOUND = 1
+    BAD_REQUEST = 2
+    BUSY = 3
+
+
+@dataclass(frozen=True)
+class PayloadRequest:
+    run_id: bytes
+    step: int
+    payload_hash: bytes
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.run_id) <= MAX_RUN_ID_BYTES:
+            raise BadRequestError(f"run_id must be 1..{MAX_RUN_ID_BYTES} bytes, got {len(self.run_id)}")
+        if isinstance(self.step, bool) or not isinstance(self.step, int) or not 0 <= self.step < 2**64:
+            raise BadRequestError(f"step must be an int in [0, 2^64), got {self.step!r}")
+        if len(self.payload_hash) != DIGEST_BYTES:
+            raise BadRequestError(f"payload_hash must be {DIGEST_BYTES} bytes, got {len(self.payload_hash)}")
+
+    def encode(self) -> bytes:
+        return (
+            bytes([REQUEST_VERSION, len(self.run_id)])
+            + self.run_id
+            + _STEP.pack(self.step)
+            + self.payload_hash
+        )
+
+
+async def read_request(stream: INetStream) -> PayloadRequest:
+    """Parse a request field by field; at most MAX_REQUEST_BYTES are ever read."""
+    try:
+        version, run_id_len = await read_exactly(stream, 2)
+        if version != REQUEST_VERSION:
+            raise BadRequestError(f"unsupported request version {version}")
+        if not 1 <= run_id_len <= MAX_RUN_ID_BYTES:
+            raise BadRequestError(f"run_id length {run_id_len} out of range")
+        rest = await read_exactly(stream, run_id_len + _STEP.size + DIGEST_BYTES)
+    except ShortReadError as exc:
+        raise BadRequestError(f"truncated request: {exc}") from exc
+    run_id = rest[:run_id_len]
+    (step,) = _STEP.unpack_from(rest, run_id_len)
+    return PayloadRequest(run_id, step, rest[run_id_len + _STEP.size :])
+
+
+@dataclass(frozen=True)
+class TransferConfig:
+    # Above the ~2.8 MB payload of a 1.2B model with headroom; also the per-fetch memory bound.
+    max_payload_bytes: int = 16 * 1024 * 1024
+    # One holder's budget (dial + request + body). A 2.8 MB body at 10 Mbit/s takes ~2.3 s.
+    attempt_timeout: float = 30.0
+    # How long the server waits for the ~100-byte request (slow-loris bound).
+    request_timeout: float = 10.0
+    # How long the server spends writing one reply before giving up on a stalled reader.
+    serve_timeout: float = 120.0
+    max_concurrent_uploads: int = 8
+
+    def __post_init__(self) -> None:
+        if self.max_payload_bytes < 1 or self.max_concurrent_uploads < 1:
+            raise ValueError("TransferConfig sizes and counts must be >= 1")
+        for name in ("attempt_timeout", "request_timeout", "serve_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TransferConfig.{name} must be > 0")
+
+
+class PayloadServer:
+    """Serves every payload in ``store`` to any peer that asks by (run, step, hash)."""
+
+    def __init__(self, host: P2PHost, store: PayloadStore, config: TransferConfig | None = None) -> None:
+        self.host = host
+        self.store = store
+        self.config = config or TransferConfig()
+        self._uploads = trio.Semaphore(self.config.max_concurrent_uploads)
+        self.served = 0
+        self.bad_requests = 0
+        self.not_found = 0
+        self.busy = 0
+
+    def install(self) -> None:
+        self.host.set_handler(PAYLOAD_PROTOCOL, self._handle)
+
+    async def _handle(self, stream: INetStream) -> None:
+        try:
+            with trio.fail_after(self.config.request_timeout):
+                request = await read_request(stream)
+        except BadRequestError as exc:
+            self.bad_requests += 1
+            logger.debug("bad payload request from %s: %s", stream.muxed_conn.peer_id, exc)
+            await self._reply_status(stream, Status.BAD_REQUEST)
+            return
+        except trio.TooSlowError:
+            self.bad_requests += 1
+            await reset_quietly(stream)
+            return
+        data = self.store.get(request.step, request.payload_hash)
+        if data is None or request.run_id != self.store.run_id:
+            self.not_found += 1
+            await self._reply_status(stream, Status.NOT_FOUND)
+            return
+        try:
+            self._uploads.acquire_nowait()
+        except trio.WouldBlock:
+            self.busy += 1
+            await self._reply_status(stream, Status.BUSY)
+            return
+        try:
+            with trio.fail_after(self.config.serve_timeout):
+                await stream.write(_REPLY_HEADER.pack(Status.OK, len(data)))
+                view = memoryview(data)
+                for offset in range(0, len(data), _WRITE_CHUNK):
+                    await stream.write(bytes(view[offset : offset + _WRITE_CHUNK]))
+                await stream.close()
+            self.served += 1
+        except trio.TooSlowError:
+            await reset_quietly(stream)
+        finally:
+            self._uploads.release()
+
+    async def _reply_status(self, stream: INetStream, status: Status) -> None:
+        with trio.move_on_after(self.config.request_timeout) as scope:
+            await stream.write(_REPLY_HEADER.pack(status, 0))
+            await stream.close()
+        if scope.cancelled_caught:
+            await reset_quietly(stream)
+
+
+async def fetch_from(
+    host: P2PHost,
+    peer_id: ID,
+    request: PayloadRequest,
+    *,
+    config: TransferConfig | None = None,
+    expected_size: int | None = None,
+) -> bytes:
+    """One attempt against one holder, bounded by ``attempt_timeout``; typed TransferError on any failure."""
+    cfg = config or TransferConfig()
+    peer = str(peer_id)
+    cap = cfg.max_payload_bytes
+    if expected_size is not None and not 0 <= expected_size <= cap:
+        raise PayloadTooLargeError(f"announced size {expected_size} is outside 0..{cap}", peer)
+    stream: INetStream | None = None
+    try:
+        with trio.fail_after(cfg.attempt_timeout):
+            stream = await host.open_stream(peer_id, PAYLOAD_PROTOCOL)
+            await stream.write(request.encode())
+            status, length = _REPLY_HEADER.unpack(await read_exactly(stream, _REPLY_HEADER.size))
+            _check_status(status, length, peer)
+            if length > cap:
+                raise PayloadTooLargeError(f"reply announces {length} bytes, cap is {cap}", peer)
+            if expected_size is not None and length != expected_size:
+                raise MalformedReplyError(f"reply length {length} != announced {expected_size}", peer)
+            data = await _read_body(stream, length, request.payload_hash, peer)
+            await stream.close()
+            return data
+    except TransportError:
+        await _abort(stream)
+        raise
+    except trio.TooSlowError as exc:
+        await _abort(stream)
+        raise TransferTimeoutError(f"attempt exceeded {cfg.attempt_timeout:g}s", peer) from exc
+    except (ShortReadError, StreamEOF) as exc:
+        await _abort(stream)
+        raise MalformedReplyError(f"truncated reply: {exc!r}", peer) from exc
+    except Exception as exc:  # StreamReset / StreamEOF / muxer errors from py-libp2p
+        await _abort(stream)
+        raise TransferError(f"stream failed: {type(exc).__name__}: {exc}", peer) from exc
+
+
+def _check_status(status: int, length: int, peer: str) -> None:
+    if status == Status.OK:
+        return
+    if length != 0:
+        raise MalformedReplyError(f"status {status} with a {length}-byte body", peer)
+    if status == Status.NOT_FOUND:
+        raise PayloadNotFoundError("holder does not have the payload", peer)
+    if status == Status.BUSY:
+        raise RemoteBusyError("holder is at its upload limit", peer)
+    if status == Status.BAD_REQUEST:
+        raise MalformedReplyError("holder rejected our request as malformed", peer)
+    raise MalformedReplyError(f"unknown status byte {status}", peer)
+
+
+async def _read_body(stream: INetStream, length: int, want: bytes, peer: str) -> bytes:
+    """Read ``length`` bytes in bounded chunks into one preallocated buffer, hashing as they arrive."""
+    buf = bytearray(length)
+    view = memoryview(buf)
+    digest = hashlib.sha256()
+    filled = 0
+    while filled < length:
+        part = await stream.read(min(READ_CHUNK, length - filled))
+        if not part:
+            raise ShortReadError(length, filled)
+        if len(part) > length - filled:
+            raise MalformedReplyError("muxer returned more than requested", peer)
+        view[filled : filled + len(part)] = part
+        digest.update(part)
+        filled += len(part)
+    if digest.digest() != want:
+        raise HashMismatchError(f"body hashes to {digest.hexdigest()[:16]}, wanted {want.hex()[:16]}", peer)
+    view.release()
+    return bytes(buf)
+
+
+async def _abort(stream: INetStream | None) -> None:
+    if stream is not None:
+        await reset_quietly(stream)
+
+
+def order_holders(own_id: ID, payload_hash: bytes, holders: Iterable[ID]) -> list[ID]:
+    """Deterministic per (fetcher, payload), different across fetchers: rendezvous hashing.
+
+    Every fetcher ranks the holders by sha256(own id || holder id || payload hash), so N peers pulling the
+    same payload start at different holders (spreading upload) while each one's order is reproducible and
+    stable when holders join. Ourselves and duplicates are dropped.
+    """
+    unique = {h for h in holders if h != own_id}
+    own = own_id.to_bytes()
+    return sorted(unique, key=lambda h: hashlib.sha256(own + h.to_bytes() + payload_hash).digest())
+
+
+async def fetch_payload(
+    host: P2PHost,
+    request: PayloadRequest,
+    holders: Sequence[ID],
+    *,
+    store: PayloadStore | None = None,
+    config: TransferConfig | None = None,
+    expected_size: int | None = None,
+    spread: bool = True,
+) -> bytes:
+    """Get a payload from the local store or the first holder that delivers verified bytes.
+
+    ``spread=True`` reorders ``holders`` with ``order_holders``; ``False`` keeps the caller's preference
+    order. On success the payload is added to ``store`` (when given), so this peer serves it from then on.
+    Raises FetchFailedError listing each holder's typed error when none delivered.
+    """
+    if store is not None:
+        cached = store.get(request.step, request.payload_hash)
+        if cached is not None:
+            return cached
+    order = (
+        order_holders(host.peer_id, request.payload_hash, holders)
+        if spread
+        else list(dict.fromkeys(h for h in holders if h != host.peer_id))
+    )
+    attempts: list[tuple[str, TransportError]] = []
+    for peer_id in order:
+        try:
+            data = await fetch_from(host, peer_id, request, config=config, expected_size=expected_size)
+        except TransportError as exc:
+            logger.debug("fetch of %s from %s failed: %r", request.payload_hash.hex()[:16], peer_id, exc)
+            attempts.append((str(peer_id), exc))
+            continue
+        if store is not None and request.run_id == store.run_id:
+            try:
+                store.put_verified(request.step, request.payload_hash, data)
+            except StoreError as exc:
+                logger.debug("fetched payload not kept for serving: %s", exc)
+        return data
+    raise FetchFailedError(request.payload_hash, attempts)

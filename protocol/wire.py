@@ -1,0 +1,68 @@
+"""Bounded reads from libp2p streams.
+
+py-libp2p's ``stream.read(n)`` returns *up to* n bytes (whatever the muxer has buffered) and raises
+``StreamEOF`` at end of stream, so every fixed-size field needs a loop. Centralising the loop here keeps one
+rule everywhere: never ask the stream for more than a small chunk, and never accumulate more than the caller
+said it is prepared to hold.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import trio
+from libp2p.network.stream.exceptions import StreamEOF
+
+# Matches the yamux frame payload limit in 0.8.1 (64 KiB): asking for more never returns more at once.
+READ_CHUNK = 64 * 1024
+
+logger = logging.getLogger(__name__)
+
+
+class ByteReader(Protocol):
+    """The read half of a libp2p stream (``INetStream``), narrowed so fakes can be used in unit tests."""
+
+    async def read(self, n: int | None = None) -> bytes: ...
+
+
+class ShortReadError(Exception):
+    """The stream ended before the expected number of bytes arrived."""
+
+    def __init__(self, expected: int, received: int) -> None:
+        super().__init__(f"stream ended after {received} of {expected} bytes")
+        self.expected = expected
+        self.received = received
+
+
+async def read_exactly(stream: ByteReader, n: int, chunk: int = READ_CHUNK) -> bytes:
+    """Read exactly ``n`` bytes; the caller has already checked ``n`` against its cap."""
+    if n < 0:
+        raise ValueError(f"negative read length {n}")
+    buf = bytearray()
+    while len(buf) < n:
+        try:
+            part = await stream.read(min(chunk, n - len(buf)))
+        except StreamEOF as exc:
+            raise ShortReadError(n, len(buf)) from exc
+        if not part:
+            raise ShortReadError(n, len(buf))
+        if len(part) > n - len(buf):
+            # A reader that returns more than asked would let the buffer exceed the caller's cap.
+            raise ShortReadError(n, len(buf) + len(part))
+        buf += part
+    return bytes(buf)
+
+
+
+class Resettable(Protocol):
+    async def reset(self) -> None: ...
+
+
+async def reset_quietly(stream: Resettable) -> None:
+    """Reset a stream even from a cancelled scope; a failed reset is not worth an error on top."""
+    with trio.CancelScope(shield=True), trio.move_on_after(2):
+        try:
+            await stream.reset()
+        except Exception as exc:
+            logger.debug("stream reset failed: %r", exc)
