@@ -1,0 +1,70 @@
+"""The benchmark scripts still run and still write the keys their readers rely on.
+
+Benches are run by hand and rarely, so without this they rot silently when the code they measure changes.
+Each runs once in a quick mode, in a subprocess exactly as a person would start it, writing to a temp dir
+so the committed results in bench/results/ are never overwritten by CI.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+MACHINE_KEYS = {"timestamp_utc", "command", "python", "torch", "cpu_count", "git_commit"}
+
+
+def _run(script: str, out: Path, *args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--out", str(out), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "wrote" in proc.stdout  # the printed summary reached its end
+    doc = json.loads(out.read_text())
+    assert MACHINE_KEYS <= set(doc["machine"]), doc["machine"]
+    return doc
+
+
+@pytest.mark.slow
+def test_payload_bench_quick(tmp_path: Path) -> None:
+    doc = _run("payload.py", tmp_path / "payload.json", "--quick")
+    assert doc["n_params"] == 1_204_881_408
+    assert {"default", "best_k4_1bit", "encodings", "algorithm_md_comparison", "embedding_tensor"} <= set(doc)
+    default = doc["default"]
+    assert default is not None and default["k"] == 4
+    assert default["bytes_per_step"] > default["body_bytes"] > 0
+    assert doc["best_k4_1bit"]["bytes_per_step"] <= default["bytes_per_step"]
+    for row in doc["encodings"]:
+        if row["valid"]:
+            assert row["decode_error"] is None, row
+            assert row["body_bytes"] < row["bytes_per_step"] <= row["cap_bytes"], row
+    for enc in doc["embedding_tensor"]["encodings"]:
+        # What went over the wire in tensor fields is exactly what compression.sizes predicts.
+        assert enc["real_field_bytes"] == enc["arithmetic_body_bytes"], enc
+        assert enc["indices_round_trip"] is True
+
+
+@pytest.mark.slow
+def test_decode_fuzz_bench_quick(tmp_path: Path) -> None:
+    doc = _run("decode_fuzz.py", tmp_path / "fuzz.json", "--count", "1500", "--preset", "tiny")
+    assert doc["completed"] == 1500
+    outcomes = doc["outcomes"]
+    assert outcomes["crashes"] == 0, doc["crash_examples"]
+    assert outcomes["accepted_invalid"] == 0, doc["invariant_violations"]
+    total = outcomes["accepted_unchanged"] + outcomes["accepted_changed"] + outcomes["rejected_total"]
+    assert total == 1500
+    assert {"malformed", "schema", "length"} <= set(outcomes["rejected_by_reason"])
+    assert {"p50", "p99", "max"} <= set(doc["decode_ms"])
+    assert {"before", "after", "growth"} <= set(doc["rss_mb"])
+    assert set(doc["pass"]) >= {"no_crashes", "rss_growth_under_target", "p99_under_target"}
