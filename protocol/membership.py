@@ -1,0 +1,320 @@
+"""Who takes part in a round: the replicated roster and the local liveness view.
+
+Two views, on purpose:
+
+* :class:`Roster` is *replicated* state. It changes only when a step's inclusion list is decided, by a pure
+  function of the old roster and that list (:meth:`Roster.advance`). Honest replicas decide identical lists,
+  so they hold identical rosters, and therefore rank leaders and count quorums identically. A roster built
+  from each replica's own heartbeats would differ between replicas exactly when it matters (churn, lossy
+  links) and two replicas could then disagree on who leads.
+* :class:`LivenessView` is *local*: heartbeats, goodbyes, last-seen times, reported progress. It only decides
+  things where replicas may safely differ: whom to wait for before a deadline, and whether we fell behind.
+
+Roster rules: the genesis peers start active. A newcomer enters when a leader lists it under ``warming`` (it
+announced for that step) and becomes active after ``warmup_rounds`` such rounds; only active ("eligible")
+peers may lead or be included. An active peer absent from ``max_missed_rounds`` consecutive decided lists is
+dropped (crash); a peer the leader lists under ``departed`` (it said goodbye) is dropped at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from .messages import MAX_LIST_PEERS, MAX_STEP, InclusionList, MessageError, check_peer_id
+
+
+class MembershipError(ValueError):
+    """A roster snapshot or a roster operation is invalid; ``reason`` is a short metric-safe label."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class PeerStatus(StrEnum):
+    ACTIVE = "active"
+    WARMING = "warming"
+
+
+@dataclass(frozen=True)
+class RosterEntry:
+    status: PeerStatus
+    # Rounds spent warming up (for WARMING peers); consecutive decided rounds missed (both statuses).
+    warm_rounds: int = 0
+    misses: int = 0
+
+
+@dataclass(frozen=True)
+class RosterRules:
+    """The subset of the round config that roster transitions depend on: all replicas must share it."""
+
+    warmup_rounds: int
+    max_missed_rounds: int
+    max_peers: int
+    max_joiners_per_round: int
+
+
+class Roster:
+    """Immutable mapping peer id -> :class:`RosterEntry`; see the module docstring for the rules."""
+
+    __slots__ = ("_eligible", "_peers")
+
+    def __init__(self, peers: Mapping[str, RosterEntry]) -> None:
+        self._peers: Mapping[str, RosterEntry] = MappingProxyType(dict(sorted(peers.items())))
+        self._eligible = tuple(p for p, e in self._peers.items() if e.status is PeerStatus.ACTIVE)
+
+    @classmethod
+    def genesis(cls, peers: Collection[str]) -> Roster:
+        """The founding peers of a run, all active (nobody can vouch for them, and nobody needs to)."""
+        if not peers:
+            raise MembershipError("empty", "a roster needs at least one peer")
+        for p in peers:
+            check_peer_id("peer_id", p)
+        return cls({p: RosterEntry(PeerStatus.ACTIVE) for p in peers})
+
+    @property
+    def peers(self) -> Mapping[str, RosterEntry]:
+        return self._peers
+
+    def __contains__(self, peer_id: object) -> bool:
+        return peer_id in self._peers
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Roster) and dict(self._peers) == dict(other._peers)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._peers.items()))
+
+    def __repr__(self) -> str:
+        return f"Roster({dict(self._peers)!r})"
+
+    def eligible(self) -> tuple[str, ...]:
+        """Active peers, sorted: the only ones that may lead or be included."""
+        return self._eligible
+
+    def is_eligible(self, peer_id: str) -> bool:
+        entry = self._peers.get(peer_id)
+        return entry is not None and entry.status is PeerStatus.ACTIVE
+
+    def check_list(self, lst: InclusionList, rules: RosterRules) -> str | None:
+        """Why ``lst`` breaks the roster rules for the step this roster governs, or None if it does not.
+
+        Purely a function of the roster and the list, so every honest replica gives the same verdict.
+        """
+        if not self.is_eligible(lst.leader):
+            return "leader is not an active roster peer"
+        for peer in lst.peers:
+            if not self.is_eligible(peer):
+                return f"included peer {peer!r} is not an active roster peer"
+        newcomers = 0
+        for peer in lst.warming:
+            if self.is_eligible(peer):
+                return f"warming peer {peer!r} is already active"
+            if peer not in self._peers:
+                newcomers += 1
+        if newcomers > rules.max_joiners_per_round:
+            return f"{newcomers} newcomers exceed the per-round cap {rules.max_joiners_per_round}"
+        if len(self._peers) + newcomers > rules.max_peers:
+            return f"roster would exceed {rules.max_peers} peers"
+        for peer in lst.departed:
+            if peer not in self._peers:
+                return f"departed peer {peer!r} is not in the roster"
+        return None
+
+    def quorum_size(self, departed: Collection[str] = ()) -> int:
+        """Smallest strict majority of the active peers, not counting ``departed`` ones."""
+        voters = sum(1 for p in self._eligible if p not in departed)
+        return voters // 2 + 1
+
+    def has_quorum(self, lst: InclusionList, known_left: Collection[str]) -> bool:
+        """Partition rule: a list must include a strict majority of the active roster.
+
+        Two sides of a partition cannot both hold a strict majority, so at most one side makes progress and
+        the other applies nothing (threats.md N5). Peers the list calls departed leave the count only if we
+        saw their goodbye ourselves: a leader cannot shrink the quorum by claiming departures, and a goodbye
+        is signed by the peer that leaves.
+        """
+        departed = set(lst.departed) & set(known_left)
+        return len(lst.entries) >= self.quorum_size(departed)
+
+    def advance(
+        self, lst: InclusionList, rules: RosterRules
+    ) -> tuple[Roster, tuple[tuple[str, str], ...], tuple[str, ...]]:
+        """Roster for the next step after ``lst`` was decided.
+
+        Returns ``(roster, changes, missed)``: ``changes`` are ``(peer_id, change)`` with change in
+        ``round_actions.MEMBERSHIP_CHANGES``; ``missed`` are the active peers not included this step.
+        Call only with a list that passed :meth:`check_list`.
+        """
+        included = set(lst.peers)
+        warming = set(lst.warming)
+        departed = set(lst.departed)
+        new: dict[str, RosterEntry] = {}
+        changes: list[tuple[str, str]] = []
+        missed: list[str] = []
+        for peer, entry in self._peers.items():
+            if peer in departed:
+                changes.append((peer, "left"))
+                continue
+            if peer in included:
+                new[peer] = RosterEntry(PeerStatus.ACTIVE)
+                continue
+            if peer in warming:
+                rounds = entry.warm_rounds + 1
+                if rounds >= rules.warmup_rounds:
+                    new[peer] = RosterEntry(PeerStatus.ACTIVE)
+                    changes.append((peer, "activated"))
+                else:
+                    new[peer] = RosterEntry(PeerStatus.WARMING, warm_rounds=rounds)
+                continue
+            misses = entry.misses + 1
+            if entry.status is PeerStatus.ACTIVE:
+                missed.append(peer)
+            if misses >= rules.max_missed_rounds:
+                changes.append((peer, "dropped_missed"))
+            else:
+                new[peer] = RosterEntry(entry.status, warm_rounds=entry.warm_rounds, misses=misses)
+        for peer in sorted(warming - self._peers.keys()):
+            if rules.warmup_rounds <= 1:
+                new[peer] = RosterEntry(PeerStatus.ACTIVE)
+                changes.append((peer, "activated"))
+            else:
+                new[peer] = RosterEntry(PeerStatus.WARMING, warm_rounds=1)
+                changes.append((peer, "warming"))
+        return Roster(new), tuple(changes), tuple(missed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peers": [[p, e.status.value, e.warm_rounds, e.misses] for p, e in self._peers.items()],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Roster:
+        """Strict inverse of :meth:`to_dict`, for rosters received from a state-sync donor."""
+        if not isinstance(data, Mapping) or set(data.keys()) != {"peers"}:
+            raise MembershipError("schema", "roster must be a mapping with exactly the key 'peers'")
+        rows = data["peers"]
+        if not isinstance(rows, list | tuple) or not 1 <= len(rows) <= MAX_LIST_PEERS:
+            raise MembershipError("schema", f"roster peers must be a list of 1..{MAX_LIST_PEERS} rows")
+        peers: dict[str, RosterEntry] = {}
+        for i, row in enumerate(rows):
+            if not isinstance(row, list | tuple) or len(row) != 4:
+                raise MembershipError("schema", f"roster row {i} must be [peer_id, status, warm, misses]")
+            peer, status, warm, misses = row
+            try:
+                check_peer_id(f"roster[{i}]", peer)
+            except MessageError as exc:
+                raise MembershipError("schema", str(exc)) from exc
+            if status not in (PeerStatus.ACTIVE.value, PeerStatus.WARMING.value):
+                raise MembershipError("schema", f"roster row {i} has unknown status")
+            for name, value in (("warm_rounds", warm), ("misses", misses)):
+                if type(value) is not int or not 0 <= value <= 1_000_000:
+                    raise MembershipError("schema", f"roster row {i} has a bad {name}")
+            if peer in peers:
+                raise MembershipError("schema", f"roster lists {peer!r} twice")
+            peers[peer] = RosterEntry(PeerStatus(status), warm_rounds=warm, misses=misses)
+        roster = cls(peers)
+        if not roster.eligible():
+            raise MembershipError("schema", "roster has no active peer")
+        return roster
+
+
+@dataclass(frozen=True)
+class SyncState:
+    """What a joiner or a resyncing peer adopts from a donor, next to the weights: the next undecided step
+    and the roster that governs it. Check it against several donors (like the weights hash) before use.
+    """
+
+    next_step: int
+    roster: Roster
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"next_step": self.next_step, "roster": self.roster.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SyncState:
+        if not isinstance(data, Mapping) or set(data.keys()) != {"next_step", "roster"}:
+            raise MembershipError("schema", "sync state must have exactly 'next_step' and 'roster'")
+        step = data["next_step"]
+        if type(step) is not int or not 0 <= step <= MAX_STEP:
+            raise MembershipError("schema", "next_step must be a non-negative int")
+        return cls(next_step=step, roster=Roster.from_dict(data["roster"]))
+
+
+class LivenessView:
+    """Local, bounded memory of when each peer was last heard from, how far it got, and who said goodbye.
+
+    At most ``max_tracked`` peers are remembered; when full, the least recently seen peer outside the
+    protected set (the roster) is forgotten, so a flood of made-up peer ids cannot grow memory.
+    """
+
+    def __init__(self, max_tracked: int) -> None:
+        if type(max_tracked) is not int or max_tracked < 1:
+            raise MembershipError("config", "max_tracked must be a positive int")
+        self._max = max_tracked
+        self._last_seen: dict[str, float] = {}
+        self._step: dict[str, int] = {}
+        self._left_at: dict[str, int] = {}  # peer -> first step it said it will not take part in
+        self.evicted = 0
+        self.refused = 0
+
+    def __len__(self) -> int:
+        return len(self._last_seen)
+
+    def observe(self, peer_id: str, now: float, step: int | None, protected: Collection[str]) -> bool:
+        """Record a sign of life (and progress, if ``step`` is given). False if the peer could not be tracked.
+
+        A message for a step at or after the one a peer said goodbye from means it came back (rejoined);
+        older ones are late deliveries and do not undo the goodbye.
+        """
+        if peer_id not in self._last_seen and not self._make_room(protected):
+            self.refused += 1
+            return False
+        self._last_seen[peer_id] = max(now, self._last_seen.get(peer_id, now))
+        if step is not None:
+            self._step[peer_id] = max(step, self._step.get(peer_id, step))
+            left = self._left_at.get(peer_id)
+            if left is not None and step >= left:
+                del self._left_at[peer_id]
+        return True
+
+    def goodbye(self, peer_id: str, now: float, step: int, protected: Collection[str]) -> None:
+        if peer_id not in self._last_seen and not self._make_room(protected):
+            self.refused += 1
+            return
+        self._last_seen[peer_id] = max(now, self._last_seen.get(peer_id, now))
+        self._left_at[peer_id] = step
+
+    def has_left(self, peer_id: str) -> bool:
+        return peer_id in self._left_at
+
+    def left_peers(self) -> frozenset[str]:
+        return frozenset(self._left_at)
+
+    def is_alive(self, peer_id: str, now: float, timeout: float) -> bool:
+        seen = self._last_seen.get(peer_id)
+        return seen is not None and peer_id not in self._left_at and now - seen <= timeout
+
+    def highest_step(self, peer_id: str) -> int | None:
+        return self._step.get(peer_id)
+
+    def _make_room(self, protected: Collection[str]) -> bool:
+        if len(self._last_seen) < self._max:
+            return True
+        candidates = [p for p in self._last_seen if p not in protected]
+        if not candidates:
+            return False
+        victim = min(candidates, key=lambda p: (self._last_seen[p], p))
+        self._last_seen.pop(victim, None)
+        self._step.pop(victim, None)
+        self._left_at.pop(victim, None)
+        self.evicted += 1
+        return True

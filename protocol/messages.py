@@ -1,0 +1,405 @@
+"""Typed protocol messages the round state machine consumes and emits.
+
+These are plain values: serialization and signing belong to the transport, which turns them into dicts with
+:meth:`to_dict` and back with ``from_dict``. Every field is checked when a message is built, so a value that
+exists is always well formed; ``from_dict`` is the strict door for peer data (exact key set, exact types,
+sizes), and every failure is a :class:`MessageError` whose ``reason`` is a bounded metric label.
+
+Hashes and run ids are raw 32-byte sha256 digests (msgpack ``bin``), never hex strings: fixed size, half the
+bytes, and nothing to normalise. Peer ids are the transport's authenticated peer id strings; the state machine
+trusts the transport to have bound ``peer_id``/``leader`` to the message's signer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+HASH_BYTES = 32
+RUN_ID_BYTES = 32
+MAX_PEER_ID_CHARS = 128
+MAX_STEP = 2**63 - 1
+# Hard ceiling on an announced payload size; the machine applies its own, smaller, configured cap.
+MAX_PAYLOAD_BYTES = 1 << 30
+# An inclusion list names at most this many peers in each of its three groups; it keeps a list well under
+# the 1 MiB gossip cap (1024 x (52-char id + 32-byte hash) is about 90 KB).
+MAX_LIST_PEERS = 1024
+# Epochs of one step's agreement; a stalled step advances one per leader timeout, so this is plenty.
+MAX_EPOCH = 2**31 - 1
+
+MESSAGE_ERROR_REASONS: tuple[str, ...] = ("kind", "keys", "type", "size", "range", "order", "overlap")
+
+
+class MessageError(ValueError):
+    """A message field is missing, mistyped, out of range or inconsistent.
+
+    ``reason`` is one of :data:`MESSAGE_ERROR_REASONS` (safe as a metric label); ``detail`` names the field.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        if reason not in MESSAGE_ERROR_REASONS:
+            raise ValueError(f"unknown message error reason {reason!r}")
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def _check_int(name: str, value: object, lo: int, hi: int) -> int:
+    # bool is an int subclass; a peer sending True for a step is malformed, not step 1.
+    if type(value) is not int:
+        raise MessageError("type", f"{name} must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise MessageError("range", f"{name}={value} outside [{lo}, {hi}]")
+    return value
+
+
+def _check_bytes(name: str, value: object, size: int) -> bytes:
+    if type(value) is not bytes:
+        raise MessageError("type", f"{name} must be bytes, got {type(value).__name__}")
+    if len(value) != size:
+        raise MessageError("size", f"{name} must be {size} bytes, got {len(value)}")
+    return value
+
+
+def check_peer_id(name: str, value: object) -> str:
+    """Peer ids are printable ASCII without spaces, so they sort the same everywhere and are safe to log."""
+    if type(value) is not str:
+        raise MessageError("type", f"{name} must be a str, got {type(value).__name__}")
+    if not 1 <= len(value) <= MAX_PEER_ID_CHARS:
+        raise MessageError("size", f"{name} must have 1..{MAX_PEER_ID_CHARS} chars, got {len(value)}")
+    if not all("!" <= ch <= "~" for ch in value):
+        raise MessageError("type", f"{name} must be printable ASCII without spaces")
+    return value
+
+
+def _check_sorted_ids(name: str, values: tuple[str, ...]) -> None:
+    # Strictly increasing = sorted and duplicate-free: one canonical form, so equal lists have equal digests.
+    for a, b in itertools.pairwise(values):
+        if not a < b:
+            raise MessageError("order", f"{name} must be strictly sorted by peer id ({a!r} then {b!r})")
+
+
+def _check_keys(kind: str, data: Mapping[str, Any], fields: tuple[str, ...]) -> None:
+    if not isinstance(data, Mapping):
+        raise MessageError("type", f"{kind} must be a mapping, got {type(data).__name__}")
+    expected = {"kind", *fields}
+    keys = set(data.keys())
+    if keys != expected:
+        missing = sorted(str(k) for k in expected - keys)
+        extra = sorted(str(k) for k in keys - expected)[:5]
+        raise MessageError("keys", f"{kind}: missing {missing}, unexpected {extra}")
+    if data["kind"] != kind:
+        raise MessageError("kind", f"expected kind {kind!r}, got {data['kind']!r}")
+
+
+def _check_seq(name: str, value: object, limit: int) -> tuple[Any, ...]:
+    if not isinstance(value, list | tuple):
+        raise MessageError("type", f"{name} must be a list, got {type(value).__name__}")
+    if len(value) > limit:
+        raise MessageError("size", f"{name} has {len(value)} items, limit {limit}")
+    return tuple(value)
+
+
+def _id_bytes(peer_id: str) -> bytes:
+    raw = peer_id.encode()
+    return len(raw).to_bytes(2, "big") + raw
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """"I have a payload for ``step``": small enough for gossip; the bytes move on a stream.
+
+    ``weights_hash`` is the sender's weights digest when it computed this step, so divergence between
+    replicas shows up within one round.
+    """
+
+    KIND: ClassVar[str] = "announcement"
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "run_id", "step", "peer_id", "payload_hash", "payload_size", "weights_hash",
+    )
+
+    run_id: bytes
+    step: int
+    peer_id: str
+    payload_hash: bytes
+    payload_size: int
+    weights_hash: bytes
+
+    def __post_init__(self) -> None:
+        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        _check_int("step", self.step, 0, MAX_STEP)
+        check_peer_id("peer_id", self.peer_id)
+        _check_bytes("payload_hash", self.payload_hash, HASH_BYTES)
+        _check_int("payload_size", self.payload_size, 1, MAX_PAYLOAD_BYTES)
+        _check_bytes("weights_hash", self.weights_hash, HASH_BYTES)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Announcement:
+        _check_keys(cls.KIND, data, cls.FIELDS)
+        return cls(**{f: data[f] for f in cls.FIELDS})
+
+
+@dataclass(frozen=True)
+class InclusionList:
+    """A leader's proposal for one step: exactly these payloads are aggregated, by every honest peer.
+
+    ``epoch`` and ``leader`` say who proposed it when (the designated leader of that epoch); they are not
+    part of the decision: :meth:`digest` covers the content only, so a later epoch's leader re-proposing a
+    list (as the agreement rule requires) proposes the very same value.
+
+    Besides ``entries`` it carries the membership facts the leader observed, because membership is
+    replicated state derived from applied lists (see ``membership.Roster``): ``warming`` names newcomers
+    that announced but are still warming up, ``departed`` names roster peers that said goodbye. Putting them
+    in the list makes every replica update its roster identically, which keeps leader ranks and quorums
+    identical too.
+    """
+
+    KIND: ClassVar[str] = "inclusion_list"
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "run_id", "step", "epoch", "leader", "entries", "warming", "departed",
+    )
+
+    run_id: bytes
+    step: int
+    epoch: int
+    leader: str
+    entries: tuple[tuple[str, bytes], ...]
+    warming: tuple[str, ...] = ()
+    departed: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        _check_int("step", self.step, 0, MAX_STEP)
+        _check_int("epoch", self.epoch, 0, MAX_EPOCH)
+        check_peer_id("leader", self.leader)
+        for name in ("entries", "warming", "departed"):
+            if type(getattr(self, name)) is not tuple:
+                raise MessageError("type", f"{name} must be a tuple")
+            if len(getattr(self, name)) > MAX_LIST_PEERS:
+                raise MessageError("size", f"{name} has more than {MAX_LIST_PEERS} peers")
+        for i, entry in enumerate(self.entries):
+            if type(entry) is not tuple or len(entry) != 2:
+                raise MessageError("type", f"entries[{i}] must be a (peer_id, payload_hash) pair")
+            check_peer_id(f"entries[{i}].peer_id", entry[0])
+            _check_bytes(f"entries[{i}].payload_hash", entry[1], HASH_BYTES)
+        for name in ("warming", "departed"):
+            for i, peer in enumerate(getattr(self, name)):
+                check_peer_id(f"{name}[{i}]", peer)
+        included = tuple(p for p, _ in self.entries)
+        _check_sorted_ids("entries", included)
+        _check_sorted_ids("warming", self.warming)
+        _check_sorted_ids("departed", self.departed)
+        groups = (set(included), set(self.warming), set(self.departed))
+        if groups[0] & groups[1] or groups[0] & groups[2] or groups[1] & groups[2]:
+            raise MessageError("overlap", "a peer appears in more than one of entries, warming, departed")
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """Included peer ids, sorted: the order the optimizer aggregates in."""
+        return tuple(p for p, _ in self.entries)
+
+    def digest(self) -> bytes:
+        """Identity of the decided value (not a signature): run, step and the three peer groups.
+
+        Equal digests mean the same aggregation and the same roster update on every replica.
+        """
+        h = hashlib.sha256(b"distro-node/inclusion-list/v1\0")
+        h.update(self.run_id)
+        h.update(self.step.to_bytes(8, "big"))
+        # Length-prefixed fields: no two different lists can produce the same byte stream.
+        h.update(b"E" + len(self.entries).to_bytes(4, "big"))
+        for peer, payload_hash in self.entries:
+            h.update(_id_bytes(peer) + payload_hash)
+        for tag, group in ((b"W", self.warming), (b"D", self.departed)):
+            h.update(tag + len(group).to_bytes(4, "big"))
+            for peer in group:
+                h.update(_id_bytes(peer))
+        return h.digest()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "run_id": self.run_id,
+            "step": self.step,
+            "epoch": self.epoch,
+            "leader": self.leader,
+            "entries": [[p, h] for p, h in self.entries],
+            "warming": list(self.warming),
+            "departed": list(self.departed),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InclusionList:
+        _check_keys(cls.KIND, data, cls.FIELDS)
+        raw_entries = _check_seq("entries", data["entries"], MAX_LIST_PEERS)
+        entries = []
+        for i, item in enumerate(raw_entries):
+            pair = _check_seq(f"entries[{i}]", item, 2)
+            if len(pair) != 2:
+                raise MessageError("type", f"entries[{i}] must be a (peer_id, payload_hash) pair")
+            entries.append((pair[0], pair[1]))
+        return cls(
+            run_id=data["run_id"],
+            step=data["step"],
+            epoch=data["epoch"],
+            leader=data["leader"],
+            entries=tuple(entries),
+            warming=_check_seq("warming", data["warming"], MAX_LIST_PEERS),
+            departed=_check_seq("departed", data["departed"], MAX_LIST_PEERS),
+        )
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Liveness plus progress: ``step`` is the step the sender is working on (its next undecided step).
+
+    Progress lets a peer that stalled (partition minority, missed lists) notice the majority moved on.
+    """
+
+    KIND: ClassVar[str] = "heartbeat"
+    FIELDS: ClassVar[tuple[str, ...]] = ("run_id", "peer_id", "step", "weights_hash")
+
+    run_id: bytes
+    peer_id: str
+    step: int
+    weights_hash: bytes
+
+    def __post_init__(self) -> None:
+        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        check_peer_id("peer_id", self.peer_id)
+        _check_int("step", self.step, 0, MAX_STEP)
+        _check_bytes("weights_hash", self.weights_hash, HASH_BYTES)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Heartbeat:
+        _check_keys(cls.KIND, data, cls.FIELDS)
+        return cls(**{f: data[f] for f in cls.FIELDS})
+
+
+@dataclass(frozen=True)
+class Goodbye:
+    """Graceful leave: the sender takes no part in ``step`` or later, so nobody should wait for it.
+
+    The step tells a late-delivered older announcement (goodbye stands) from a genuine rejoin (a message for
+    ``step`` or later from the same peer cancels the goodbye).
+    """
+
+    KIND: ClassVar[str] = "goodbye"
+    FIELDS: ClassVar[tuple[str, ...]] = ("run_id", "peer_id", "step")
+
+    run_id: bytes
+    peer_id: str
+    step: int
+
+    def __post_init__(self) -> None:
+        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        check_peer_id("peer_id", self.peer_id)
+        _check_int("step", self.step, 0, MAX_STEP)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Goodbye:
+        _check_keys(cls.KIND, data, cls.FIELDS)
+        return cls(**{f: data[f] for f in cls.FIELDS})
+
+
+@dataclass(frozen=True)
+class Vote:
+    """``voter`` accepts the list with content ``digest`` proposed in ``epoch`` of ``step``.
+
+    A list is decided once a strict majority of the active roster voted for it in one epoch; each peer votes
+    at most once per epoch. That is what keeps a partition's minority from deciding anything.
+    """
+
+    KIND: ClassVar[str] = "vote"
+    FIELDS: ClassVar[tuple[str, ...]] = ("run_id", "step", "epoch", "voter", "digest")
+
+    run_id: bytes
+    step: int
+    epoch: int
+    voter: str
+    digest: bytes
+
+    def __post_init__(self) -> None:
+        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        _check_int("step", self.step, 0, MAX_STEP)
+        _check_int("epoch", self.epoch, 0, MAX_EPOCH)
+        check_peer_id("voter", self.voter)
+        _check_bytes("digest", self.digest, HASH_BYTES)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Vote:
+        _check_keys(cls.KIND, data, cls.FIELDS)
+        return cls(**{f: data[f] for f in cls.FIELDS})
+
+
+@dataclass(frozen=True)
+class Status:
+    """``peer_id`` entered ``epoch`` of ``step`` (so it will not vote in an earlier epoch) and reports its
+    latest vote (``voted_epoch`` -1 and ``voted_digest`` None if it has not voted).
+
+    The leader of an epoch after the first must re-propose the most recently voted list among a majority
+    of statuses: that is how a list that may already be decided somewhere survives a leader change.
+    """
+
+    KIND: ClassVar[str] = "status"
+    FIELDS: ClassVar[tuple[str, ...]] = ("run_id", "step", "epoch", "peer_id", "voted_epoch", "voted_digest")
+
+    run_id: bytes
+    step: int
+    epoch: int
+    peer_id: str
+    voted_epoch: int
+    voted_digest: bytes | None
+
+    def __post_init__(self) -> None:
+        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        _check_int("step", self.step, 0, MAX_STEP)
+        _check_int("epoch", self.epoch, 1, MAX_EPOCH)
+        check_peer_id("peer_id", self.peer_id)
+        _check_int("voted_epoch", self.voted_epoch, -1, self.epoch - 1)
+        if self.voted_epoch < 0:
+            if self.voted_digest is not None:
+                raise MessageError("overlap", "voted_digest must be None when voted_epoch is -1")
+        else:
+            _check_bytes("voted_digest", self.voted_digest, HASH_BYTES)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Status:
+        _check_keys(cls.KIND, data, cls.FIELDS)
+        return cls(**{f: data[f] for f in cls.FIELDS})
+
+
+Message = Announcement | InclusionList | Vote | Status | Heartbeat | Goodbye
+
+_KINDS: dict[str, Any] = {
+    cls.KIND: cls for cls in (Announcement, InclusionList, Vote, Status, Heartbeat, Goodbye)
+}
+
+
+def message_from_dict(data: Mapping[str, Any]) -> Message:
+    """Decode any message by its ``kind`` field; raises :class:`MessageError` for anything malformed."""
+    if not isinstance(data, Mapping):
+        raise MessageError("type", f"message must be a mapping, got {type(data).__name__}")
+    kind = data.get("kind")
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise MessageError("kind", f"unknown message kind {kind!r}"[:80])
+    return cls.from_dict(data)

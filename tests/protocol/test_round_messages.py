@@ -1,0 +1,153 @@
+"""Round messages: construction checks, dict round trips, strict decoding, list digests."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+from distro_node.protocol.messages import (
+    MAX_LIST_PEERS,
+    Announcement,
+    Goodbye,
+    Heartbeat,
+    InclusionList,
+    MessageError,
+    Status,
+    Vote,
+    message_from_dict,
+)
+from distro_node.protocol.round_config import RoundConfig, RoundConfigError
+
+RUN = hashlib.sha256(b"messages").digest()
+H1 = hashlib.sha256(b"1").digest()
+H2 = hashlib.sha256(b"2").digest()
+
+SAMPLES: list[Any] = [
+    Announcement(RUN, 3, "peerA", H1, 2_800_000, H2),
+    InclusionList(RUN, 3, 1, "peerA", (("peerA", H1), ("peerB", H2)), ("peerC",), ("peerD",)),
+    InclusionList(RUN, 0, 0, "peerA", ()),
+    Vote(RUN, 3, 2, "peerB", H1),
+    Status(RUN, 3, 2, "peerB", 1, H1),
+    Status(RUN, 3, 1, "peerB", -1, None),
+    Heartbeat(RUN, "peerA", 7, H2),
+    Goodbye(RUN, "peerA", 8),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_round_trip(msg: Any) -> None:
+    assert message_from_dict(msg.to_dict()) == msg
+    assert type(msg).from_dict(msg.to_dict()) == msg
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_missing_or_extra_keys_are_rejected(msg: Any) -> None:
+    doc = msg.to_dict()
+    for key in [k for k in doc if k != "kind"]:
+        broken = {k: v for k, v in doc.items() if k != key}
+        with pytest.raises(MessageError) as err:
+            message_from_dict(broken)
+        assert err.value.reason == "keys"
+    with pytest.raises(MessageError):
+        message_from_dict({**doc, "surprise": 1})
+
+
+def test_field_types_and_sizes_are_strict() -> None:
+    good = SAMPLES[0].to_dict()
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({**good, "step": True}, "type"),
+        ({**good, "step": 1.0}, "type"),
+        ({**good, "step": -1}, "range"),
+        ({**good, "step": 2**63}, "range"),
+        ({**good, "payload_size": 0}, "range"),
+        ({**good, "payload_size": 2**40}, "range"),
+        ({**good, "payload_hash": H1[:31]}, "size"),
+        ({**good, "payload_hash": H1.hex()}, "type"),
+        ({**good, "run_id": bytearray(RUN)}, "type"),
+        ({**good, "peer_id": ""}, "size"),
+        ({**good, "peer_id": "x" * 129}, "size"),
+        ({**good, "peer_id": "bad id"}, "type"),
+        ({**good, "peer_id": "caf\u00e9"}, "type"),
+        ({**good, "kind": "heartbeat"}, "keys"),
+    ]
+    for doc, reason in cases:
+        with pytest.raises(MessageError) as err:
+            message_from_dict(doc)
+        assert err.value.reason == reason, doc
+
+
+def test_unknown_kind_and_non_mapping() -> None:
+    for doc in ({"kind": "nope"}, {"kind": 3}, {}, [1, 2], None):
+        with pytest.raises(MessageError):
+            message_from_dict(doc)  # type: ignore[arg-type]
+
+
+def test_inclusion_list_canonical_form() -> None:
+    with pytest.raises(MessageError) as err:
+        InclusionList(RUN, 0, 0, "a", (("b", H1), ("a", H2)))
+    assert err.value.reason == "order"
+    with pytest.raises(MessageError):
+        InclusionList(RUN, 0, 0, "a", (("a", H1), ("a", H2)))  # duplicate peer
+    with pytest.raises(MessageError) as err:
+        InclusionList(RUN, 0, 0, "a", (("a", H1),), warming=("a",))
+    assert err.value.reason == "overlap"
+    with pytest.raises(MessageError):
+        InclusionList(RUN, 0, 0, "a", (), warming=("b", "a"))
+    with pytest.raises(MessageError) as err:
+        InclusionList(RUN, 0, 0, "a", [("a", H1)])  # type: ignore[arg-type]
+    assert err.value.reason == "type"
+    doc = SAMPLES[1].to_dict()
+    for bad_entries in ([["a"]], [["a", H1, 1]], ["a"], [[1, H1]], "ab"):
+        with pytest.raises(MessageError):
+            InclusionList.from_dict({**doc, "entries": bad_entries})
+    too_many = [[f"p{i:05d}", H1] for i in range(MAX_LIST_PEERS + 1)]
+    with pytest.raises(MessageError) as err:
+        InclusionList.from_dict({**doc, "entries": too_many, "warming": [], "departed": []})
+    assert err.value.reason == "size"
+
+
+def test_digest_names_the_content_not_the_proposer() -> None:
+    base = SAMPLES[1]
+    same = InclusionList(RUN, 3, 9, "peerZ", base.entries, base.warming, base.departed)
+    assert same.digest() == base.digest()
+    others = [
+        InclusionList(RUN, 4, 1, "peerA", base.entries, base.warming, base.departed),
+        InclusionList(RUN, 3, 1, "peerA", base.entries[:1], base.warming, base.departed),
+        InclusionList(RUN, 3, 1, "peerA", base.entries, (), base.departed),
+        InclusionList(RUN, 3, 1, "peerA", base.entries, base.warming, ()),
+        InclusionList(RUN, 3, 1, "peerA", base.entries, base.departed, base.warming),
+        InclusionList(H2, 3, 1, "peerA", base.entries, base.warming, base.departed),
+    ]
+    assert len({o.digest() for o in others} | {base.digest()}) == len(others) + 1
+
+
+def test_status_vote_consistency() -> None:
+    with pytest.raises(MessageError):
+        Status(RUN, 3, 2, "p", -1, H1)  # a digest without a vote
+    with pytest.raises(MessageError):
+        Status(RUN, 3, 2, "p", 1, None)
+    with pytest.raises(MessageError):
+        Status(RUN, 3, 2, "p", 2, H1)  # a status reports votes from earlier epochs only
+    with pytest.raises(MessageError):
+        Status(RUN, 3, 0, "p", -1, None)  # epoch 0 needs no status
+    with pytest.raises(MessageError):
+        Vote(RUN, 3, -1, "p", H1)
+
+
+def test_round_config_validation() -> None:
+    RoundConfig(run_id=RUN)
+    bad: list[dict[str, Any]] = [
+        {"run_id": b"short"},
+        {"collect_timeout": 0},
+        {"leader_timeout": -1.0},
+        {"leader_timeout": True},
+        {"warmup_rounds": 0},
+        {"max_roster_peers": 5000},
+        {"max_tracked_peers": 10, "max_roster_peers": 20},
+        {"max_announcements_per_step": 10, "max_roster_peers": 20},
+        {"history_steps": 1.5},
+    ]
+    for kwargs in bad:
+        with pytest.raises(RoundConfigError):
+            RoundConfig(**{"run_id": RUN, **kwargs})
