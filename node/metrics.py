@@ -1,0 +1,246 @@
+"""Prometheus metrics of a node, on an explicit registry, plus the HTTP endpoint that serves them.
+
+Rules (DESIGN.md section 7): every family starts with ``distro_``, uses base units (``_seconds``, ``_bytes``,
+``_total``, ``_ratio``), and labels only take values from fixed sets (phases, rejection reasons, round
+outcomes). Never a peer id as a label: a swarm with churn would create unbounded series, and an attacker
+could grow our memory just by rotating identities. An explicit registry (never the global one) lets several
+in-process nodes (the simulator, tests) keep separate metrics.
+
+Public API::
+
+    metrics = NodeMetrics()
+    metrics.observe_step(step, loss, {"compute": 0.8, "exchange": 0.3}, sent_bytes=..., received_bytes=...)
+    metrics.rejected("duplicate_index")
+    server = MetricsServer(metrics.registry, host="127.0.0.1", port=0).start(); server.port; server.stop()
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping
+from types import TracebackType
+from wsgiref.simple_server import WSGIServer
+
+from distro_node.compression.errors import REASONS
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client.process_collector import ProcessCollector
+
+from distro_node import __version__
+
+__all__ = ["OUTCOMES", "PHASES", "REASONS", "MetricsError", "MetricsServer", "NodeMetrics"]
+
+PREFIX = "distro"
+# Phases of one training step, in order; "sync" is fetching weights from peers (join or resync).
+PHASES: tuple[str, ...] = ("data", "compute", "prepare", "exchange", "apply", "checkpoint", "sync")
+# How a round closed: every expected payload arrived, or the deadline cut it short.
+OUTCOMES: tuple[str, ...] = ("complete", "deadline")
+# Step times range from milliseconds (tiny preset, loopback) to minutes (1.2B over a WAN).
+_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class MetricsError(ValueError):
+    """A metric was fed a value outside its contract (unknown label value, negative byte count, ...);
+    ``field`` names the metric argument. Raised rather than clamped: it is a bug in the caller."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+        self.detail = detail
+
+
+def _count(field: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MetricsError(field, f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _seconds(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise MetricsError(field, f"must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _ratio(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise MetricsError(field, f"must be in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise MetricsError(field, f"must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+class NodeMetrics:
+    """Every metric of one node. Methods validate their input, so a bad call fails in tests instead of
+    producing a series that breaks dashboards."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, process_metrics: bool = True) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._info = Info(f"{PREFIX}_build", "Version of this node", registry=r)
+        self._info.info({"version": __version__})
+        self._step = Gauge(f"{PREFIX}_step", "Last completed training step", registry=r)
+        self._loss = Gauge(f"{PREFIX}_loss", "Training loss of the last step (nats per token)", registry=r)
+        self._peers = Gauge(f"{PREFIX}_peers", "Active peers in the current round's roster", registry=r)
+        self._sent = Counter(f"{PREFIX}_payload_sent_bytes", "Payload bytes sent to peers", registry=r)
+        self._received = Counter(
+            f"{PREFIX}_payload_received_bytes", "Payload bytes received from peers", registry=r
+        )
+        self._tokens = Counter(f"{PREFIX}_tokens", "Training tokens processed by this node", registry=r)
+        self._step_seconds = Histogram(
+            f"{PREFIX}_step_seconds", "Wall time of a whole step", registry=r, buckets=_SECONDS_BUCKETS
+        )
+        self._phase_seconds = Histogram(
+            f"{PREFIX}_step_phase_seconds", "Wall time of each phase of a step", ["phase"],
+            registry=r, buckets=_SECONDS_BUCKETS,
+        )
+        self._rejected = Counter(
+            f"{PREFIX}_payloads_rejected", "Peer payloads rejected at validation, by reason", ["reason"],
+            registry=r,
+        )
+        self._banned = Counter(f"{PREFIX}_peers_banned", "Peers excluded for misbehaviour", registry=r)
+        self._agreement = Gauge(
+            f"{PREFIX}_weights_hash_agreement_ratio",
+            "Fraction of announcing peers whose weights hash equals the majority hash", registry=r,
+        )
+        self._reduction = Gauge(
+            f"{PREFIX}_bandwidth_reduction_ratio",
+            "Dense bf16 gradient bytes divided by the payload bytes actually sent", registry=r,
+        )
+        self._rounds = Counter(
+            f"{PREFIX}_rounds", "Rounds closed, by outcome", ["outcome"], registry=r
+        )
+        self._checkpoints = Counter(f"{PREFIX}_checkpoints_saved", "Checkpoints written", registry=r)
+        self._checkpoint_time = Gauge(
+            f"{PREFIX}_last_checkpoint_timestamp_seconds", "Unix time of the last checkpoint", registry=r
+        )
+        # Every label value exists from the start (at 0), so rate() and alerts work before the first event.
+        for phase in PHASES:
+            self._phase_seconds.labels(phase=phase)
+        for reason in REASONS:
+            self._rejected.labels(reason=reason)
+        for outcome in OUTCOMES:
+            self._rounds.labels(outcome=outcome)
+        if process_metrics:
+            ProcessCollector(namespace=PREFIX, registry=r)
+
+    def observe_step(
+        self,
+        step: int,
+        loss: float,
+        phase_seconds: Mapping[str, float],
+        sent_bytes: int,
+        received_bytes: int,
+        *,
+        step_seconds: float | None = None,
+        tokens: int = 0,
+    ) -> None:
+        """Record one finished step. ``loss`` may be NaN (a diverged run must show up, not be hidden);
+        ``step_seconds`` defaults to the sum of the phases."""
+        _count("step", step)
+        if isinstance(loss, bool) or not isinstance(loss, int | float):
+            raise MetricsError("loss", f"must be a number, got {loss!r}")
+        phases = {_choice("phase", name, PHASES): _seconds(f"phase_seconds[{name}]", s)
+                  for name, s in phase_seconds.items()}
+        total = sum(phases.values()) if step_seconds is None else _seconds("step_seconds", step_seconds)
+        self._step.set(step)
+        self._loss.set(float(loss))
+        for name, seconds in phases.items():
+            self._phase_seconds.labels(phase=name).observe(seconds)
+        self._step_seconds.observe(total)
+        self._sent.inc(_count("sent_bytes", sent_bytes))
+        self._received.inc(_count("received_bytes", received_bytes))
+        self._tokens.inc(_count("tokens", tokens))
+
+    def set_peers(self, count: int) -> None:
+        self._peers.set(_count("peers", count))
+
+    def rejected(self, reason: str, count: int = 1) -> None:
+        """A payload failed validation; ``reason`` is a ``PayloadError.reason`` (one of ``REASONS``)."""
+        self._rejected.labels(reason=_choice("reason", reason, REASONS)).inc(_count("count", count))
+
+    def peer_banned(self, count: int = 1) -> None:
+        self._banned.inc(_count("count", count))
+
+    def weights_agreement(self, agreeing: int, announcing: int) -> None:
+        """``agreeing`` of ``announcing`` peers reported the majority weights hash."""
+        _count("agreeing", agreeing)
+        if _count("announcing", announcing) == 0 or agreeing > announcing:
+            raise MetricsError("announcing", f"must be >= agreeing ({agreeing}) and > 0, got {announcing}")
+        self._agreement.set(_ratio("agreement", agreeing / announcing))
+
+    def bandwidth_reduction(self, dense_bf16_bytes: int, payload_bytes: int) -> None:
+        """What the compression saves: a dense bf16 gradient of the model vs the payload this node sent."""
+        _count("dense_bf16_bytes", dense_bf16_bytes)
+        if _count("payload_bytes", payload_bytes) == 0:
+            raise MetricsError("payload_bytes", "must be > 0")
+        self._reduction.set(dense_bf16_bytes / payload_bytes)
+
+    def round_closed(self, outcome: str) -> None:
+        self._rounds.labels(outcome=_choice("outcome", outcome, OUTCOMES)).inc()
+
+    def checkpoint_saved(self, unix_time: float) -> None:
+        self._checkpoints.inc()
+        self._checkpoint_time.set(_seconds("unix_time", unix_time))
+
+    def metric_names(self) -> list[str]:
+        """Every family as it appears on ``# TYPE`` lines of /metrics (counters with ``_total``, the info
+        metric with ``_info``; histograms by base name, queried as ``_bucket``/``_sum``/``_count``),
+        sorted. Dashboards and alert rules are checked against this list."""
+        suffix = {"counter": "_total", "info": "_info"}
+        return sorted(f.name + suffix.get(f.type, "") for f in self.registry.collect())
+
+
+class MetricsServer:
+    """``/metrics`` over HTTP on a background thread; ``port=0`` binds a free port (see :attr:`port`)."""
+
+    def __init__(self, registry: CollectorRegistry, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise MetricsError("port", f"must be in [0, 65535], got {port!r}")
+        self.registry = registry
+        self.host = host
+        self.requested_port = port
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when 0 was requested); only valid while running."""
+        if self._server is None:
+            raise RuntimeError("metrics server is not running")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def start(self) -> MetricsServer:
+        if self._server is not None:
+            raise RuntimeError("metrics server already running")
+        # prometheus_client >= 0.20 returns (server, thread), which is what makes a clean stop possible.
+        self._server, self._thread = start_http_server(
+            self.requested_port, addr=self.host, registry=self.registry
+        )
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, close the socket and join the thread; idempotent."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> MetricsServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
