@@ -45,6 +45,16 @@ from _common import (
     rss_mb,
     write_json,
 )
+from distro_node.compression.envelope import (
+    F_INDICES,
+    F_SCALE,
+    F_VALUES,
+    FIELD_KEYS,
+    K_LAYOUT,
+    K_RUN_ID,
+    K_SETTINGS,
+    LEGACY_VERSION_KEY,
+)
 from distro_node.compression.errors import PayloadError
 from distro_node.compression.layout import model_layout
 from distro_node.compression.payload import Payload, PayloadSpec, TensorSpec
@@ -100,22 +110,8 @@ def fuzz_spec(preset_name: str) -> tuple[PayloadSpec, str]:
 
 
 def _copy_doc(doc: Doc) -> Doc:
-    """Copy the three map levels a mutation may edit; the leaves (bytes, str, int) are immutable."""
-    out = dict(doc)
-    tensors = out.get("tensors")
-    if isinstance(tensors, dict):
-        out["tensors"] = {name: dict(e) if isinstance(e, dict) else e for name, e in tensors.items()}
-    return out
-
-
-def _pick_map(doc: Doc, rng: random.Random) -> Doc:
-    """The top-level map, the tensor map, or one tensor entry: the three kinds of map in a payload."""
-    where = rng.random()
-    if where < 0.35:
-        return doc
-    if where < 0.55:
-        return doc["tensors"]
-    return doc["tensors"][rng.choice(list(doc["tensors"]))]
+    """Copy the one map a payload has (format 2 is flat); the leaves (bytes, str, int) are immutable."""
+    return dict(doc)
 
 
 def _random_value(rng: random.Random) -> object:
@@ -132,7 +128,7 @@ def _random_value(rng: random.Random) -> object:
             "x" * rng.randint(0, 200),
             rng.randbytes(rng.randint(0, 200)),
             {},
-            {"val": b""},
+            {F_VALUES: b""},
             {"a": {"b": {"c": {}}}},
             [],
             [1, 2, 3],
@@ -148,8 +144,7 @@ def _splice(doc: Doc, rng: random.Random, raw: bytes) -> bytes:
     them (a 2**32 length header, a 10^4-deep nest, a repeated key) at a chosen, structurally real place.
     """
     sentinel = b"\x00fuzz-sentinel\x00" + rng.randbytes(16)
-    target = _pick_map(doc, rng)
-    target[rng.choice(list(target))] = sentinel
+    doc[rng.choice(list(doc))] = sentinel
     packed = msgpack.packb(doc, use_bin_type=True)
     return packed.replace(msgpack.packb(sentinel, use_bin_type=True), raw, 1)
 
@@ -180,49 +175,40 @@ def m_delete(data: bytes, doc: Doc, rng: random.Random) -> bytes:
 
 def m_extra_key(data: bytes, doc: Doc, rng: random.Random) -> bytes:
     d = _copy_doc(doc)
-    key = rng.choice(["bogus", "idx", "scale", "val", "tensors", "", "x" * 40, "layers.99.attn.q_proj"])
-    target = _pick_map(d, rng)
-    if key in target:
+    # Field keys the spec may not have (scales, indices of an all-dense spec), format 1's long names, junk.
+    key = rng.choice(
+        [*FIELD_KEYS, "bogus", LEGACY_VERSION_KEY, "tensors", "t", "", "x" * 40, "layers.99.attn.q_proj"]
+    )
+    if key in d:
         key += "_"
     if rng.random() < 0.1:  # a non-str key: strict_map_key must turn it away
         return _splice(d, rng, b"\x81" + msgpack.packb(rng.choice([7, b"k", 1.5])) + b"\xc0")
-    target[key] = _random_value(rng)
+    d[key] = _random_value(rng)
     return msgpack.packb(d, use_bin_type=True)
 
 
 def m_missing_key(data: bytes, doc: Doc, rng: random.Random) -> bytes:
     d = _copy_doc(doc)
-    target = _pick_map(d, rng)
-    for _ in range(rng.choice([1, 1, 1, 2, len(target)])):
-        if target:
-            del target[rng.choice(list(target))]
+    for _ in range(rng.choice([1, 1, 1, 2, len(d)])):
+        if d:
+            del d[rng.choice(list(d))]
     return msgpack.packb(d, use_bin_type=True)
 
 
 def m_duplicate_key(data: bytes, doc: Doc, rng: random.Random) -> bytes:
     """A map whose header counts one more pair than it holds distinct keys: same or a different value."""
     d = _copy_doc(doc)
-    target = _pick_map(d, rng)
-    key = rng.choice(list(target))
-    value = target[key] if rng.random() < 0.5 else _random_value(rng)
+    key = rng.choice(list(d))
+    value = d[key] if rng.random() < 0.5 else _random_value(rng)
     packer = msgpack.Packer(use_bin_type=True)
-    pairs = [*target.items(), (key, value)]
-    raw = packer.pack_map_header(len(pairs)) + b"".join(packer.pack(k) + packer.pack(v) for k, v in pairs)
-    if target is d:
-        return raw
-    holder = d if target is d["tensors"] else d["tensors"]
-    # Splice the hand-built map where ``target`` sat: in the top-level map or in the tensor map.
-    sentinel = b"\x00dup-sentinel\x00" + rng.randbytes(16)
-    slot = "tensors" if holder is d else next(n for n, e in d["tensors"].items() if e is target)
-    holder[slot] = sentinel
-    return msgpack.packb(d, use_bin_type=True).replace(msgpack.packb(sentinel, use_bin_type=True), raw, 1)
+    pairs = [*d.items(), (key, value)]
+    return packer.pack_map_header(len(pairs)) + b"".join(packer.pack(k) + packer.pack(v) for k, v in pairs)
 
 
 def m_wrong_type(data: bytes, doc: Doc, rng: random.Random) -> bytes:
     d = _copy_doc(doc)
-    target = _pick_map(d, rng)
-    key = rng.choice(list(target))
-    old = target[key]
+    key = rng.choice(list(d))
+    old = d[key]
     if isinstance(old, bytes) and rng.random() < 0.5:  # same content, other msgpack type
         new: object = rng.choice([old.decode("latin-1"), list(old[:16]), int.from_bytes(old[:8], "little")])
     elif isinstance(old, int) and rng.random() < 0.5:
@@ -231,28 +217,32 @@ def m_wrong_type(data: bytes, doc: Doc, rng: random.Random) -> bytes:
         new = _random_value(rng)
         if type(new) is type(old):
             new = [new]
-    target[key] = new
+    d[key] = new
     return msgpack.packb(d, use_bin_type=True)
 
 
 def m_wrong_length(data: bytes, doc: Doc, rng: random.Random) -> bytes:
-    """A bin field (tensor field, digest, run id) of another length, e.g. values sized for another dtype."""
+    """A bin field (tensor field, digest, run id) of another length, e.g. values sized for another dtype,
+    or one tensor's slice of a field grown or shrunk in place (every later tensor then shifts)."""
     d = _copy_doc(doc)
     if rng.random() < 0.2:
-        key = rng.choice(["run_id", "layout_digest", "settings_digest"])
+        key = rng.choice([K_RUN_ID, K_LAYOUT, K_SETTINGS])
         old: bytes = d[key]
         d[key] = old + rng.randbytes(rng.choice([1, 32, 200])) if rng.random() < 0.5 else old[:-1]
         return msgpack.packb(d, use_bin_type=True)
-    entry = d["tensors"][rng.choice(list(d["tensors"]))]
-    field = rng.choice([*entry, "scale"])
-    old = entry.get(field, b"")
+    field = rng.choice([k for k in FIELD_KEYS if k in d] + [F_SCALE, F_INDICES])
+    old = d.get(field, b"")
     n = len(old)
-    count_guess = max(1, 8 * len(entry.get("val", b"")))  # 1-bit default: value bytes x 8 ~ coefficient count
+    if n and rng.random() < 0.4:  # bytes cut out of, or spliced into, one place inside the field
+        at = rng.randrange(n)
+        d[field] = old[:at] + rng.randbytes(rng.choice([0, 1, 2, 4])) + old[at + rng.choice([0, 1, 2, 4]) :]
+        return msgpack.packb(d, use_bin_type=True)
+    count_guess = max(1, 8 * len(d.get(F_VALUES, b"")))  # 1-bit default: value bytes x 8 ~ coefficient count
     length = rng.choice(
         [n - 1, n + 1, 0, 2 * n, 4 * n, n + 8, count_guess * 4, count_guess * 2, count_guess, 4, 3, 5]
     )
     length = max(0, length)
-    entry[field] = (old * (length // max(n, 1) + 1))[:length] if rng.random() < 0.5 else rng.randbytes(length)
+    d[field] = (old * (length // max(n, 1) + 1))[:length] if rng.random() < 0.5 else rng.randbytes(length)
     return msgpack.packb(d, use_bin_type=True)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from _common import RESULTS_DIR, RUN_ID, distro_spec, header_for, meta_model, random_payload, write_json
 from distro_node.compression.dct import to_chunks
+from distro_node.compression.envelope import FIELD_KEYS
 from distro_node.compression.errors import PayloadError
 from distro_node.compression.layout import tensor_layout
 from distro_node.compression.payload import Payload, PayloadSpec
@@ -135,7 +136,7 @@ def _algorithm_md_comparison(
 def _field_bytes(data: bytes) -> int:
     """Sum of the tensor field lengths actually on the wire (our own bytes, so a plain unpack is fine)."""
     doc = msgpack.unpackb(data, raw=False)
-    return sum(len(field) for entry in doc["tensors"].values() for field in entry.values())
+    return sum(len(doc[key]) for key in FIELD_KEYS if key in doc)
 
 
 def _same_indices(got: Payload, sent: Payload) -> bool:

@@ -15,7 +15,7 @@ from .values import VALUE_CODECS
 
 @dataclass(frozen=True)
 class FieldSizes:
-    """Byte length of each per-tensor field; 0 means the field is absent from the envelope."""
+    """Byte length of each of one tensor's fields; 0 means it has no such field (a dense tensor: indices)."""
 
     indices: int
     values: int
@@ -69,5 +69,5 @@ def tensor_nbytes(spec: TensorSpec, index_codec: str, value_codec: str) -> int:
 
 
 def payload_body_nbytes(spec: PayloadSpec) -> int:
-    """Sum of :func:`tensor_nbytes` over the spec; encoding adds a few hundred bytes of envelope."""
+    """Sum of :func:`tensor_nbytes` over the spec; the envelope adds ~200 bytes, whatever the tensor count."""
     return sum(tensor_nbytes(t, spec.index_codec, spec.value_codec) for t in spec.tensors)

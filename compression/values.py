@@ -91,7 +91,10 @@ class Int8Codec(ValueCodec):
         q = np.frombuffer(data, dtype=np.int8, count=count)
         if q.size and int(q.min()) == -128:
             raise PayloadError("value_range", "int8 code -128 is outside the symmetric range [-127, 127]")
-        return q.astype(np.float32) * np.float32(s)
+        # A hostile finite scale can push q * s past float32's range; the caller rejects the resulting Inf
+        # as non_finite, so numpy's overflow warning would only be log noise a peer can trigger at will.
+        with np.errstate(over="ignore"):
+            return q.astype(np.float32) * np.float32(s)
 
 
 class OneBitCodec(ValueCodec):

@@ -1,8 +1,9 @@
 """Payload <-> bytes. ``decode`` is the only path by which peer bytes become tensors.
 
 Decoding follows the validation order of threats.md: size cap, capped unpack, header schema and bindings
-(run, peer, layout, settings, step), tensor set and exact field lengths from the LOCAL spec, indices, values;
-tensors are built only after every check passed. Every rejection is a :class:`PayloadError`.
+(run, peer, layout, settings, step), exact field lengths from the LOCAL spec (which fixes the tensor set and
+each tensor's byte range), indices, values; tensors are built only after every check passed. Every
+rejection is a :class:`PayloadError`. The byte layout is described in :mod:`.envelope`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from .envelope import (
     K_SETTINGS,
     K_STEP,
     K_STRATEGY,
-    K_TENSORS,
     K_VERSION,
     MAX_PEER_ID_LEN,
     MAX_RUN_ID_LEN,
@@ -82,6 +82,8 @@ def encode(header: Header, payload: Payload, spec: PayloadSpec, *, allow_invalid
     """
     if type(header.run_id) is not bytes or type(header.peer_id) is not str or type(header.step) is not int:
         raise ValueError("header run_id must be bytes, peer_id str, step int")
+    if not -(2**63) <= header.step < 2**64:
+        raise ValueError(f"header step {header.step} does not fit a msgpack integer")
     if not allow_invalid:
         problems = [
             name
@@ -101,20 +103,29 @@ def encode(header: Header, payload: Payload, spec: PayloadSpec, *, allow_invalid
     names = {t.name for t in spec.tensors}
     if set(payload.tensors) != names:
         raise ValueError(f"payload tensors differ from the spec: {sorted(set(payload.tensors) ^ names)[:5]}")
+    plan = plan_for(spec)
     index_codec = INDEX_CODECS[spec.index_codec]
     value_codec = VALUE_CODECS[spec.value_codec]
-    tensors: dict[str, dict[str, bytes]] = {}
-    for t in spec.tensors:
+    parts: dict[str, list[bytes]] = {key: [] for key in plan.totals}
+    for t, sizes in zip(spec.tensors, plan.sizes, strict=True):
         indices, values = _canonical(t, payload.tensors[t.name], allow_invalid=allow_invalid)
-        entry: dict[str, bytes] = {}
-        if indices is not None:
-            entry[F_INDICES] = index_codec.encode(indices, t.chunk_numel)
         value_bytes, scale = value_codec.encode(values.reshape(-1))
-        entry[F_VALUES] = value_bytes
+        got = {F_VALUES: value_bytes}
+        if indices is not None:
+            got[F_INDICES] = index_codec.encode(indices, t.chunk_numel)
         if scale is not None:
-            entry[F_SCALE] = scale
-        tensors[t.name] = entry
-    doc = {
+            got[F_SCALE] = scale
+        want = {F_INDICES: sizes.indices, F_VALUES: sizes.values, F_SCALE: sizes.scale}
+        for key in sorted(got.keys() | plan.totals.keys()):
+            part = got.get(key, b"")
+            # Tensors are split by position on decode, so a codec writing one byte too many or too few would
+            # shift every later tensor: refuse here, where it can only be our own bug.
+            if key not in plan.totals or len(part) != want[key]:
+                raise ValueError(
+                    f"tensor {t.name!r}: {key!r} field has {len(part)} bytes, expected {want[key]}"
+                )
+            parts[key].append(part)
+    doc: dict[str, object] = {
         K_VERSION: header.version,
         K_RUN_ID: header.run_id,
         K_STEP: header.step,
@@ -122,8 +133,9 @@ def encode(header: Header, payload: Payload, spec: PayloadSpec, *, allow_invalid
         K_STRATEGY: header.strategy,
         K_LAYOUT: header.layout_digest,
         K_SETTINGS: header.settings_digest,
-        K_TENSORS: tensors,
     }
+    for key, chunks in parts.items():
+        doc[key] = b"".join(chunks)
     return msgpack.packb(doc, use_bin_type=True)
 
 
@@ -167,17 +179,17 @@ def decode(
     if size > plan.max_nbytes:
         raise PayloadError("too_large", f"{size} bytes, cap for this spec is {plan.max_nbytes}")
     obj = unpack(bytes(data) if isinstance(data, memoryview) else data, plan)
-    header, tensors = check_header(obj, spec, run_id=run_id, sender=sender, step=step)
-    entries = check_fields(tensors, plan)
+    header = check_header(obj, spec, plan, run_id=run_id, sender=sender, step=step)
+    fields = check_fields(obj, plan)
 
     index_codec = INDEX_CODECS[spec.index_codec]
     all_indices: list[np.ndarray | None] = []
-    for t, entry in zip(plan.tensors, entries, strict=True):
-        if t.dense:
+    for t, f in zip(plan.tensors, fields, strict=True):
+        if f.indices is None:  # dense: k == chunk_numel, indices are implicitly 0..chunk_numel-1
             all_indices.append(None)
             continue
         try:
-            idx = index_codec.decode(entry[F_INDICES], t.n_chunks, t.chunk_numel, t.k)
+            idx = index_codec.decode(f.indices, t.n_chunks, t.chunk_numel, t.k)
         except PayloadError as exc:
             raise PayloadError(exc.reason, f"tensor {t.name!r} indices: {exc.detail}") from None
         _check_indices(t, idx)
@@ -186,9 +198,9 @@ def decode(
     value_codec = VALUE_CODECS[spec.value_codec]
     all_values: list[np.ndarray] = []
     sumsq = 0.0
-    for t, entry in zip(plan.tensors, entries, strict=True):
+    for t, f in zip(plan.tensors, fields, strict=True):
         try:
-            values = value_codec.decode(entry[F_VALUES], t.count, entry.get(F_SCALE))
+            values = value_codec.decode(f.values, t.count, None if f.scale is None else bytes(f.scale))
         except PayloadError as exc:
             raise PayloadError(exc.reason, f"tensor {t.name!r} values: {exc.detail}") from None
         if not bool(np.isfinite(values).all()):

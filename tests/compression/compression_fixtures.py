@@ -8,8 +8,10 @@ from typing import Any
 import msgpack
 import numpy as np
 import torch
+from distro_node.compression.envelope import F_INDICES, F_SCALE, F_VALUES
 from distro_node.compression.layout import model_layout
 from distro_node.compression.payload import Header, Payload, PayloadSpec, SparseTensor, TensorSpec
+from distro_node.compression.sizes import field_sizes
 from distro_node.compression.wire import encode
 
 RUN_ID = bytes(range(32))
@@ -95,3 +97,30 @@ def repack(data: bytes, edit: Callable[[dict[str, Any]], object]) -> bytes:
 
 def sparse_names(spec: PayloadSpec) -> list[str]:
     return [t.name for t in spec.tensors if not t.dense]
+
+
+def tensor_span(spec: PayloadSpec, name: str, key: str) -> slice:
+    """Byte range of tensor ``name`` inside the bin of field ``key`` (F_INDICES, F_VALUES or F_SCALE).
+
+    Recomputed here from ``field_sizes`` rather than taken from the decoder's plan, so tests that edit one
+    tensor's bytes also check that the decoder splits the concatenated fields where the encoder joined them.
+    """
+    start = 0
+    for t in spec.tensors:
+        s = field_sizes(t, spec.index_codec, spec.value_codec)
+        n = {F_INDICES: s.indices, F_VALUES: s.values, F_SCALE: s.scale}[key]
+        if t.name == name:
+            return slice(start, start + n)
+        start += n
+    raise KeyError(name)
+
+
+def get_part(doc: dict[str, Any], spec: PayloadSpec, name: str, key: str) -> bytes:
+    """One tensor's bytes of field ``key`` in an unpacked (trusted, test-made) document."""
+    return bytes(doc[key][tensor_span(spec, name, key)])
+
+
+def set_part(doc: dict[str, Any], spec: PayloadSpec, name: str, key: str, new: bytes) -> None:
+    """Replace one tensor's bytes of field ``key`` (``new`` may have another length)."""
+    span = tensor_span(spec, name, key)
+    doc[key] = doc[key][: span.start] + new + doc[key][span.stop :]

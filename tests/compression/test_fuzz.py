@@ -9,6 +9,7 @@ from typing import Any
 import msgpack
 import pytest
 from compression_fixtures import PEER, RUN_ID, STEP, small_spec, valid_bytes
+from distro_node.compression.envelope import F_INDICES, F_SCALE, F_VALUES, FIELD_KEYS, LEGACY_VERSION_KEY
 from distro_node.compression.errors import PayloadError
 from distro_node.compression.payload import PayloadSpec
 from distro_node.compression.wire import decode
@@ -28,7 +29,7 @@ def _random_value(rng: random.Random) -> object:
         "x" * rng.randint(0, 300),
         rng.randbytes(rng.randint(0, 300)),
         {},
-        {"val": b""},
+        {F_VALUES: b""},
         [],
         [1.0, 2.0],
         {"a": {"b": {"c": {}}}},
@@ -42,14 +43,17 @@ def _replace_field(data: bytes, rng: random.Random) -> bytes:
         doc = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception:
         return data
-    tensors = doc.get("tensors") if isinstance(doc, dict) else None
-    if not isinstance(tensors, dict) or not tensors or not all(isinstance(e, dict) for e in tensors.values()):
+    if not isinstance(doc, dict):
         return data
-    if rng.random() < 0.5:
-        doc[rng.choice([*doc, "bogus"])] = _random_value(rng)
-    else:
-        entry = doc["tensors"][rng.choice(list(doc["tensors"]))]
-        entry[rng.choice([*entry, "idx", "scale", "bogus"])] = _random_value(rng)
+    fields = [k for k in FIELD_KEYS if isinstance(doc.get(k), bytes) and doc[k]]
+    how = rng.random()
+    if how < 0.5 or not fields:  # any key, present or not, gets an arbitrary value
+        doc[rng.choice([*doc, F_INDICES, F_SCALE, LEGACY_VERSION_KEY, "bogus"])] = _random_value(rng)
+    else:  # a field bin keeps its type but gets bytes cut out of, or spliced into, one place
+        key = rng.choice(fields)
+        at = rng.randrange(len(doc[key]))
+        cut = rng.choice([0, 1, 2, 4])
+        doc[key] = doc[key][:at] + rng.randbytes(rng.choice([0, 1, 4])) + doc[key][at + cut :]
     return msgpack.packb(doc, use_bin_type=True)
 
 

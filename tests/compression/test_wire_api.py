@@ -5,14 +5,33 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import msgpack
 import pytest
 import torch
-from compression_fixtures import RUN_ID, header_for, random_payload, repack, small_spec, valid_bytes
+from compression_fixtures import (
+    RUN_ID,
+    get_part,
+    header_for,
+    random_payload,
+    repack,
+    set_part,
+    small_spec,
+    spec_from_shapes,
+    valid_bytes,
+)
+from distro_node.compression.envelope import (
+    F_VALUES,
+    HEADER_KEYS,
+    K_VERSION,
+    MAX_PEER_ID_LEN,
+    MAX_RUN_ID_LEN,
+)
 from distro_node.compression.errors import PayloadError
 from distro_node.compression.indices import INDEX_CODECS
-from distro_node.compression.payload import Header, Payload, SparseTensor
+from distro_node.compression.payload import FORMAT_VERSION, Header, Payload, PayloadSpec, SparseTensor
+from distro_node.compression.sizes import payload_body_nbytes
 from distro_node.compression.values import VALUE_CODECS
-from distro_node.compression.wire import decode, encode
+from distro_node.compression.wire import decode, encode, max_encoded_nbytes
 
 SPEC = small_spec()
 
@@ -48,7 +67,7 @@ def test_one_bit_padding_must_be_zero() -> None:
     name = "bias"  # 4 values -> one byte, 4 padding bits
 
     def edit(d: dict[str, Any]) -> None:
-        d["tensors"][name]["val"] = bytes([d["tensors"][name]["val"][0] | 0x80])
+        set_part(d, spec, name, F_VALUES, bytes([get_part(d, spec, name, F_VALUES)[0] | 0x80]))
 
     with pytest.raises(PayloadError) as err:
         decode(repack(valid_bytes(spec), edit), spec, run_id=RUN_ID)
@@ -76,3 +95,46 @@ def test_encode_refuses_wrong_structure() -> None:
     ):
         with pytest.raises(ValueError, match=repr(name)):
             encode(header_for(SPEC), Payload(tensors={**payload.tensors, name: bad}), SPEC)
+
+
+def test_format_2_layout() -> None:
+    """The documented v2 layout: one flat map, one-letter keys, no tensor names anywhere on the wire."""
+    doc = msgpack.unpackb(valid_bytes(SPEC))
+    assert FORMAT_VERSION == 2 and doc[K_VERSION] == 2
+    assert list(doc) == [*HEADER_KEYS, "i", "d"]
+    assert all(len(k) == 1 for k in doc)
+    data = valid_bytes(SPEC)
+    assert not any(t.name.encode() in data for t in SPEC.tensors if len(t.name) > 4)
+    assert sum(len(doc[k]) for k in ("i", "d")) == payload_body_nbytes(SPEC)
+
+
+BIG_SPEC = spec_from_shapes([("big", (512, 512)), ("v", (3,))], k=16, chunk=16)  # bin16 and bin32 fields
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [SPEC, small_spec("enum", "int8"), small_spec("packed", "1bit"), small_spec(k=1), BIG_SPEC],
+    ids=["auto-fp32", "enum-int8", "packed-1bit", "k1", "bin32"],
+)
+def test_size_cap_is_exact(spec: PayloadSpec) -> None:
+    """max_encoded_nbytes is the size of the largest valid payload: longest run and peer ids, uint64 step."""
+    header = Header(
+        run_id=b"r" * MAX_RUN_ID_LEN,
+        step=2**64 - 1,
+        peer_id="p" * MAX_PEER_ID_LEN,
+        strategy=spec.strategy,
+        layout_digest=spec.layout_digest,
+        settings_digest=spec.settings_digest(),
+    )
+    data = encode(header, random_payload(spec), spec)
+    assert len(data) == max_encoded_nbytes(spec)
+    got, _ = decode(data, spec, run_id=header.run_id, sender=header.peer_id, step=header.step)
+    assert got == header
+    # the typical payload is the body plus about 200 bytes, whatever the number of tensors
+    assert len(valid_bytes(spec)) - payload_body_nbytes(spec) < 200
+
+
+def test_encode_refuses_step_outside_msgpack_ints() -> None:
+    h = header_for(SPEC)
+    with pytest.raises(ValueError, match="step"):
+        encode(Header(**{**h.__dict__, "step": 2**64}), random_payload(SPEC), SPEC, allow_invalid=True)
