@@ -65,3 +65,30 @@ def from_chunks(coeffs: torch.Tensor, layout: TensorLayout) -> torch.Tensor:
     blocks = coeffs.reshape(-1, rows // n1, cols // n2, n1, n2)
     x = d1.T @ blocks @ d2
     return x.permute(0, 1, 3, 2, 4).reshape(layout.shape)
+
+
+def from_sparse_chunks(indices: torch.Tensor, values: torch.Tensor, layout: TensorLayout) -> torch.Tensor:
+    """Inverse DCT of blocks holding only ``values`` at ``indices`` (both ``(n_chunks, m)``), zeros elsewhere.
+
+    Equal to ``from_chunks`` of the scattered block (up to float rounding), but computed as a sum of ``m``
+    basis outer products per chunk: ``n1*n2*m`` multiply-adds instead of ``n1*n2*(n1+n2)``, 32x fewer at
+    k=4 of 64x64. Repeated indices in a row add up. Deterministic: fixed-shape batched matmuls.
+    """
+    values = values.to(torch.float32)
+    indices = indices.to(torch.int64)
+    if len(layout.block) == 1:
+        (n,) = layout.block
+        basis = dct_matrix(n, values.device)[indices]  # (n_chunks, m, n): row f of D is frequency f
+        return torch.bmm(values.unsqueeze(1), basis).reshape(layout.shape if layout.shape else ())
+    n1, n2 = layout.block
+    rows, cols = layout.shape[-2], layout.shape[-1]
+    d1, d2 = dct_matrix(n1, values.device), dct_matrix(n2, values.device)
+    left = d1[indices // n2] * values.unsqueeze(-1)  # (n_chunks, m, n1)
+    right = d2[indices % n2]  # (n_chunks, m, n2)
+    blocks = torch.bmm(left.transpose(1, 2), right).reshape(-1, rows // n1, cols // n2, n1, n2)
+    return blocks.permute(0, 1, 3, 2, 4).reshape(layout.shape)
+
+
+def sparse_is_cheaper(m: int, layout: TensorLayout) -> bool:
+    """Whether :func:`from_sparse_chunks` with ``m`` coefficients per chunk beats the dense inverse."""
+    return 2 * m <= sum(layout.block)

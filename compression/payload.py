@@ -56,6 +56,11 @@ class PayloadSpec:
 
         check_payload_spec(self)
 
+    def fingerprint(self) -> bytes:
+        """Layout digest plus settings digest: equal fingerprints mean payloads valid for one are valid for
+        the other."""
+        return self.layout_digest + self.settings_digest()
+
     def settings_digest(self) -> bytes:
         """sha256 over the strategy name, codecs and settings: peers must agree on all of them."""
         doc = {
@@ -77,9 +82,15 @@ class SparseTensor:
 
 @dataclass(frozen=True)
 class Payload:
-    """One peer's contribution for one step, keyed by tensor name in layout order."""
+    """One peer's contribution for one step, keyed by tensor name in layout order.
+
+    ``validated_for`` is set by ``wire.decode`` to the :meth:`PayloadSpec.fingerprint` it checked the payload
+    against, so a consumer holding the same spec can skip re-validating every entry (parse, don't validate
+    twice). Payloads built in memory leave it None and are checked in full.
+    """
 
     tensors: Mapping[str, SparseTensor]
+    validated_for: bytes | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

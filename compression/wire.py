@@ -217,4 +217,4 @@ def decode(
             values=torch.from_numpy(values.reshape(t.n_chunks, t.k)),
             indices=None if idx is None else torch.from_numpy(idx),
         )
-    return header, Payload(tensors=out)
+    return header, Payload(tensors=out, validated_for=spec.fingerprint())

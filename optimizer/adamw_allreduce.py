@@ -66,7 +66,7 @@ class AdamWAllReduce(Strategy):
         """Average and step; with no payloads nothing happens (the same on every peer)."""
         if step < 0 or not payloads:
             return
-        check_payloads(self._specs, payloads)
+        check_payloads(self._specs, payloads, self._spec.fingerprint())
         saved_grads = [p.grad for _, p in self._params]
         for name, p in self._params:
             mean = mean_dense(entries_for(name, payloads), p.device)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
+from distro_node.compression.dct import from_chunks, from_sparse_chunks, sparse_is_cheaper
 from distro_node.compression.errors import PayloadError
+from distro_node.compression.layout import TensorLayout
 from distro_node.compression.payload import Payload, SparseTensor, TensorSpec
 
 from .topk import densify
@@ -51,13 +53,18 @@ def check_entry(spec: TensorSpec, entry: SparseTensor, peer: str) -> None:
             raise PayloadError("duplicate_index", f"{where}: an index repeats within a chunk")
 
 
-def check_payloads(specs: Sequence[TensorSpec], payloads: Mapping[str, Payload]) -> None:
+def check_payloads(
+    specs: Sequence[TensorSpec], payloads: Mapping[str, Payload], fingerprint: bytes | None = None
+) -> None:
     """Validate every payload completely before any weight is touched, so a bad payload cannot leave the
-    model half-updated (which would desynchronize this replica from the others)."""
+    model half-updated (which would desynchronize this replica from the others). Payloads the codec already
+    validated against the same spec (``fingerprint``) only get the cheap tensor-set check."""
     names = {s.name for s in specs}
     for peer, payload in payloads.items():
         if set(payload.tensors) != names:
             raise PayloadError("tensor_set", f"peer {peer!r}: tensor names do not match the local layout")
+        if fingerprint is not None and payload.validated_for == fingerprint:
+            continue
         for spec in specs:
             check_entry(spec, payload.tensors[spec.name], peer)
 
@@ -80,12 +87,37 @@ class Aggregator:
         total = torch.zeros(spec.n_chunks, spec.chunk_numel, dtype=torch.float32, device=device)
         count = torch.zeros_like(total)
         for _, entry in entries:
-            total += densify(entry, spec.chunk_numel, device)
             if entry.indices is None:
+                total += entry.values.to(device=device, dtype=torch.float32)
                 count += 1.0
-            else:
+            elif device.type == "cpu":
+                # In place, one peer at a time: indices are unique within a row, so each slot receives one
+                # addition per call and the peer order fixes the float result.
+                idx = entry.indices.to(device=device)
+                total.scatter_add_(1, idx, entry.values.to(device=device, dtype=torch.float32))
+                count.scatter_add_(1, idx, torch.ones_like(entry.values, dtype=torch.float32, device=device))
+            else:  # dense adds: the same bits under torch's deterministic mode on accelerators
+                total += densify(entry, spec.chunk_numel, device)
                 count += torch.zeros_like(total).scatter_(1, entry.indices.to(device=device), 1.0)
         return torch.where(count > 0, total / count.clamp_min(1.0), total)
+
+
+def aggregate_to_dense(coeffs: torch.Tensor, entries: PeerEntries, layout: TensorLayout) -> torch.Tensor:
+    """Inverse DCT of an aggregate, using only the coefficients the peers sent when that is cheaper.
+
+    The aggregate is non-zero only where some peer selected a coefficient, so its inverse is a sum over the
+    peers' concatenated indices, each occurrence weighted by ``coeff / occurrences`` (a coefficient chosen
+    by two peers appears twice). Every replica runs the same operations, so the bits agree.
+    """
+    sparse = [e.indices for _, e in entries]
+    if not sparse or any(i is None for i in sparse):
+        return from_chunks(coeffs, layout)
+    idx = torch.cat([i.to(coeffs.device) for i in sparse if i is not None], dim=1)
+    if not sparse_is_cheaper(idx.shape[1], layout):
+        return from_chunks(coeffs, layout)
+    occurrences = torch.zeros_like(coeffs).scatter_add_(1, idx, torch.ones_like(idx, dtype=coeffs.dtype))
+    weights = coeffs.gather(1, idx) / occurrences.gather(1, idx)
+    return from_sparse_chunks(idx, weights, layout)
 
 
 def mean_dense(entries: PeerEntries, device: torch.device) -> torch.Tensor:

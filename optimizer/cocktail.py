@@ -114,7 +114,7 @@ class CocktailSGD(Strategy):
         """Average the sparse entries over all peers, then momentum SGD with decoupled weight decay."""
         if step < 0 or not payloads:
             return
-        check_payloads(self._specs, payloads)
+        check_payloads(self._specs, payloads, self._spec.fingerprint())
         subsets = self._subsets(step)
         lr = lr_at(self.config.schedule, step)
         mu = self.config.momentum

@@ -101,7 +101,7 @@ class DiLoCo(Strategy):
         if self._inner_done_step != step:
             raise StepOrderError("DiLoCo outer apply without prepare on the same step")
         if payloads:
-            check_payloads(self._specs, payloads)
+            check_payloads(self._specs, payloads, self._spec.fingerprint())
         mu, lr = self.config.outer_momentum, self.config.outer_lr
         for name, p in self._params:
             theta = self._global[name]

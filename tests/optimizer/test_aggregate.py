@@ -59,3 +59,39 @@ def test_check_entry_rejects(entry: SparseTensor, reason: str) -> None:
     with pytest.raises(PayloadError) as err:
         check_entry(TensorSpec("w", 1, 8, 2), entry, "peer")
     assert err.value.reason == reason
+
+
+def test_sparse_inverse_of_the_aggregate_matches_dense() -> None:
+    from distro_node.compression.dct import from_chunks
+    from distro_node.compression.layout import tensor_layout
+    from distro_node.compression.payload import SparseTensor, TensorSpec
+    from distro_node.optimizer.aggregate import Aggregator, aggregate_to_dense
+
+    gen = torch.Generator().manual_seed(3)
+    layout = tensor_layout("w", (128, 64), 64)
+    spec = TensorSpec("w", layout.n_chunks, layout.chunk_numel, 4)
+    entries = []
+    for peer in ("a", "b", "c"):
+        idx = torch.stack([torch.randperm(64, generator=gen)[:4] for _ in range(layout.n_chunks)])  # overlaps
+        values = torch.randn(layout.n_chunks, 4, generator=gen)
+        entries.append((peer, SparseTensor(values=values, indices=idx)))
+    coeffs = Aggregator().combine(spec, entries, torch.device("cpu"))
+    torch.testing.assert_close(
+        aggregate_to_dense(coeffs, entries, layout), from_chunks(coeffs, layout), atol=1e-6, rtol=1e-5
+    )
+
+
+def test_codec_validated_payloads_skip_the_entry_checks_only_for_the_same_spec() -> None:
+    from distro_node.compression.payload import Payload
+    from distro_node.optimizer.aggregate import check_payloads
+
+    spec = TensorSpec("w", 2, 8, 2)
+    bad = SparseTensor(
+        values=torch.tensor([[1.0, float("nan")], [0.0, 1.0]]), indices=torch.tensor([[0, 1]] * 2)
+    )
+    trusted = Payload(tensors={"w": bad}, validated_for=b"spec-a")
+    check_payloads([spec], {"p": trusted}, b"spec-a")  # the codec vouched for it against this very spec
+    with pytest.raises(PayloadError, match="non_finite"):
+        check_payloads([spec], {"p": trusted}, b"spec-b")
+    with pytest.raises(PayloadError, match="non_finite"):
+        check_payloads([spec], {"p": Payload(tensors={"w": bad})}, b"spec-a")
