@@ -114,8 +114,11 @@ def rope_tables(config: ModelConfig) -> tuple[Tensor, Tensor]:
     backend evaluates transcendental functions in lower precision.
     """
     half = config.head_dim // 2
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(half, dtype=torch.float64) / half))
-    angles = torch.outer(torch.arange(config.seq_len, dtype=torch.float64), inv_freq)
+    # Explicitly on CPU: under a ``torch.device("meta")`` context (shape-only models for sizes and
+    # doctor) a default-device arange would go through the meta path, which is slow and yields no values.
+    cpu = torch.device("cpu")
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(half, dtype=torch.float64, device=cpu) / half))
+    angles = torch.outer(torch.arange(config.seq_len, dtype=torch.float64, device=cpu), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().float(), angles.sin().float()
 
