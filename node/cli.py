@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from distro_node import __version__
 
-from . import cli_simulate
+from . import cli_doctor, cli_init, cli_join, cli_simulate, cli_status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"distro-node {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     cli_simulate.add_parser(sub)
+    cli_join.add_parser(sub)
+    cli_init.add_parser(sub)
+    cli_doctor.add_parser(sub)
+    cli_status.add_parser(sub)
     return parser
 
 

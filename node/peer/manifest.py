@@ -1,0 +1,162 @@
+"""The run manifest: everything peers must share to train the same model the same way.
+
+Founders create it; joiners fetch it from their bootstrap peer (``/distro/manifest/1.0.0``). The run id is the
+sha256 of its canonical bytes (JSON, sorted keys, no whitespace), so a joiner given the run id can check that
+the bootstrap served the right run, and every payload, announcement and batch is bound to it. A random nonce
+makes two runs founded with equal settings distinct runs.
+
+Round timings and the roster rules (warm-up rounds, missed rounds) are in the manifest too: they are
+replicated state (every replica must drop and activate peers at the same step), not a local preference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from distro_node.compression.wire import max_encoded_nbytes
+from distro_node.optimizer.errors import ConfigError
+from distro_node.optimizer.registry import STRATEGIES, make_config
+from distro_node.protocol.round_config import RoundConfig, RoundConfigError
+
+from ..presets import UnknownPresetError, preset
+
+MANIFEST_VERSION = 1
+MAX_MANIFEST_BYTES = 64 * 1024
+
+
+class ManifestError(ValueError):
+    """A manifest field is missing or invalid; ``field`` names it."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"manifest {field}: {detail}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    round_timeout: float = 10.0  # collect announcements this long after a round starts
+    leader_timeout: float = 2.0
+    liveness_timeout: float = 5.0
+    warmup_rounds: int = 3
+    max_missed_rounds: int = 3
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    preset: str = "tiny"
+    strategy: str = "distro"
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    batch_size: int = 4
+    seq_len: int = 32
+    seed: int = 0
+    data_seed: int = 0
+    rounds: RoundSettings = field(default_factory=RoundSettings)
+    nonce: str = ""
+    version: int = MANIFEST_VERSION
+
+    def __post_init__(self) -> None:
+        try:
+            model = preset(self.preset)
+        except UnknownPresetError as exc:
+            raise ManifestError("preset", str(exc)) from None
+        if self.strategy not in STRATEGIES:
+            raise ManifestError("strategy", f"must be one of {sorted(STRATEGIES)}")
+        try:
+            make_config(self.strategy, dict(self.settings))
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise ManifestError("settings", str(exc)) from None
+        for name in ("batch_size", "seq_len"):
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value <= 1 << 20:
+                raise ManifestError(name, f"must be a positive int, got {value!r}")
+        if self.seq_len > model.seq_len:
+            raise ManifestError("seq_len", f"{self.seq_len} exceeds the preset's {model.seq_len}")
+        for name in ("seed", "data_seed"):
+            value = getattr(self, name)
+            if type(value) is not int or not 0 <= value < 2**63:
+                raise ManifestError(name, f"must be a non-negative int, got {value!r}")
+        if not isinstance(self.nonce, str) or len(self.nonce) > 64:
+            raise ManifestError("nonce", "must be a string of at most 64 characters")
+        if self.version != MANIFEST_VERSION:
+            raise ManifestError("version", f"unsupported manifest version {self.version!r}")
+        r = self.rounds
+        if r.leader_timeout >= r.round_timeout * 4 or r.liveness_timeout <= 0:
+            raise ManifestError("rounds", "timeouts out of range")
+
+    @classmethod
+    def found(cls, **kwargs: Any) -> RunManifest:
+        """A new run: the given settings plus a fresh nonce."""
+        return cls(nonce=secrets.token_hex(8), **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["settings"] = json.loads(json.dumps(dict(self.settings)))
+        return doc
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+    def run_id(self) -> bytes:
+        return hashlib.sha256(self.to_bytes()).digest()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RunManifest:
+        """Strict parse of peer bytes: exact key sets, typed values, canonical form."""
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ManifestError("size", f"{len(data)} bytes, cap {MAX_MANIFEST_BYTES}")
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ManifestError("json", str(exc)[:120]) from None
+        keys = {f for f in cls.__dataclass_fields__}
+        if not isinstance(doc, dict) or set(doc) != keys:
+            raise ManifestError("keys", f"expected exactly {sorted(keys)}")
+        rounds = doc["rounds"]
+        round_keys = set(RoundSettings.__dataclass_fields__)
+        if not isinstance(rounds, dict) or set(rounds) != round_keys:
+            raise ManifestError("rounds", f"expected exactly {sorted(round_keys)}")
+        for name in ("round_timeout", "leader_timeout", "liveness_timeout"):
+            if isinstance(rounds[name], bool) or not isinstance(rounds[name], int | float):
+                raise ManifestError(f"rounds.{name}", "must be a number")
+        for name in ("warmup_rounds", "max_missed_rounds"):
+            if type(rounds[name]) is not int:
+                raise ManifestError(f"rounds.{name}", "must be an int")
+        if not isinstance(doc["settings"], dict):
+            raise ManifestError("settings", "must be a mapping")
+        for name in ("preset", "strategy", "nonce"):
+            if not isinstance(doc[name], str):
+                raise ManifestError(name, "must be a string")
+        manifest = cls(**{**doc, "rounds": RoundSettings(**rounds)})
+        if manifest.to_bytes() != bytes(data):
+            raise ManifestError("encoding", "not in canonical form (sorted keys, no whitespace)")
+        return manifest
+
+    def round_config(self, max_payload_bytes: int) -> RoundConfig:
+        r = self.rounds
+        try:
+            return RoundConfig(
+                run_id=self.run_id(),
+                collect_timeout=float(r.round_timeout),
+                leader_timeout=float(r.leader_timeout),
+                liveness_timeout=float(r.liveness_timeout),
+                warmup_rounds=r.warmup_rounds,
+                max_missed_rounds=r.max_missed_rounds,
+                max_payload_bytes=max_payload_bytes,
+                behind_steps=4,
+                reannounce_interval=2.0,
+                fetch_retry_interval=1.0,
+                apply_timeout=30.0,
+                resync_cooldown=10.0,
+            )
+        except RoundConfigError as exc:
+            raise ManifestError("rounds", str(exc)) from None
+
+
+def payload_cap(spec: Any) -> int:
+    """The largest payload a peer of this run may send: the codec's exact bound for the spec."""
+    return int(max_encoded_nbytes(spec))

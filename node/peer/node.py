@@ -1,0 +1,602 @@
+"""The networked training peer: one trio main task per process.
+
+Tasks: gossip intake (decode, bind to the signer, feed the round machine), an ordered gossip publisher, a
+timer for the machine's deadlines, heartbeats, payload fetches (one task each), the signal watcher, and the
+training loop. Torch work (gradient, prepare, encode, decode, apply, snapshots) runs in worker threads via
+``trio.to_thread.run_sync`` so the event loop keeps serving payloads and votes while a step computes.
+
+Per step s (sequential order): compute and encode our payload, store it, announce it (payload hash, size,
+and the hash of the weights it was computed on), then wait until the round machine hands out
+``ApplyInclusionList`` for s (payloads are fetched and validated as the machine asks), and apply exactly
+the listed payloads. The machine decides; this file only carries out its actions.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+from distro_node.compression.errors import PayloadError
+from distro_node.compression.payload import Payload
+from distro_node.protocol.addrs import split_peer_addr
+from distro_node.protocol.codec import CodecError, author_of, decode_signed, encode_message
+from distro_node.protocol.errors import GossipError, TransportError
+from distro_node.protocol.gossip import AnnouncementChannel, GossipConfig, open_gossip
+from distro_node.protocol.host import HostConfig, P2PHost, open_host
+from distro_node.protocol.identity import load_or_create_identity
+from distro_node.protocol.manifest_rpc import fetch_manifest, install_manifest_server
+from distro_node.protocol.membership import Roster, SyncState
+from distro_node.protocol.messages import (
+    Announcement,
+    Goodbye,
+    Heartbeat,
+    InclusionList,
+    Message,
+    Status,
+    Vote,
+)
+from distro_node.protocol.round_actions import (
+    Action,
+    ApplyInclusionList,
+    FetchPayload,
+    ListConflict,
+    MembershipChanged,
+    Penalize,
+    PublishInclusionList,
+    PublishStatus,
+    PublishVote,
+    Reannounce,
+    ResyncNeeded,
+    RoundStalled,
+)
+from distro_node.protocol.rounds import RoundMachine
+from distro_node.protocol.store import PayloadStore
+from distro_node.protocol.sync import Snapshot, StateServer
+from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig, fetch_payload
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+
+from .manifest import RunManifest, payload_cap
+from .output import Output, step_text
+from .state_sync import JoinError, sync_from_swarm
+from .trainer import Trainer
+
+logger = logging.getLogger(__name__)
+
+_BUFFER_MESSAGES = 4096  # gossip held while we sync state, replayed into the machine afterwards
+_ANNOUNCE_MEMORY = 64  # steps of announcements remembered for verifying a donor's weights hash
+
+
+class PeerError(RuntimeError):
+    """The peer cannot start or continue (bad bootstrap, manifest, or state sync); the message says why."""
+
+
+@dataclass(frozen=True)
+class PeerOptions:
+    manifest: RunManifest | None = None  # founders: the run to create; joiners: None (fetched)
+    bootstrap: tuple[str, ...] = ()
+    expected_run_id: bytes | None = None
+    listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
+    key_file: Path | None = None
+    data_dir: Path | None = None
+    steps: int | None = None  # stop (gracefully) after applying this many steps in total
+    genesis_peers: int = 1  # founders: start step 0 once this many peers (ourselves included) are in
+    log_format: str = "text"
+    heartbeat_interval: float = 0.5
+    startup_timeout: float = 120.0
+    leave_budget: float = 4.0  # seconds a leaving peer may spend finishing its current round
+    linger: float = 1.0  # seconds a leaving peer keeps serving payloads after its goodbye
+    max_state_bytes: int = 1 << 30
+
+
+class _CountingStore:
+    """What the payload server sees of the store: counts the bytes it hands out (bytes we upload)."""
+
+    def __init__(self, store: PayloadStore) -> None:
+        self._store = store
+        self.run_id = store.run_id
+        self.bytes_out = 0
+
+    def get(self, step: int, digest: bytes) -> bytes | None:
+        data = self._store.get(step, digest)
+        if data is not None:
+            self.bytes_out += len(data)
+        return data
+
+
+class PeerNode:
+    def __init__(self, options: PeerOptions) -> None:
+        self.opts = options
+        self.out = Output(options.log_format)
+        self.founder = options.manifest is not None
+        self.machine: RoundMachine | None = None
+        self._changed = trio.Event()
+        self._applies: dict[int, ApplyInclusionList] = {}
+        self._decoded: dict[tuple[int, str, bytes], Payload] = {}
+        self._buffer: deque[Message] = deque(maxlen=_BUFFER_MESSAGES)
+        self._heard: set[str] = set()
+        self._announced: OrderedDict[int, dict[bytes, set[str]]] = OrderedDict()
+        self._resync: ResyncNeeded | None = None
+        self._stop_requested = False
+        self._left = False
+        self._stop_deadline = 0.0
+        self._applied = 0  # the step our weights are at (next to apply)
+        self.recv_bytes = 0
+        self._cohort: set[str] = set()
+        self._cohort_ready = trio.Event()
+        self._genesis: Snapshot | None = None
+        self._snap_requested = False
+        self._snap_ready = trio.Event()
+        self._latest_snapshot: Snapshot | None = None
+        self._compute_limit = trio.CapacityLimiter(1)
+        self._decode_limit = trio.CapacityLimiter(1)
+        self._outbox_send, self._outbox_recv = trio.open_memory_channel[bytes](1024)
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> int:
+        opts = self.opts
+        key = load_or_create_identity(opts.key_file) if opts.key_file else create_new_key_pair()
+        host_cfg = HostConfig(listen_addrs=opts.listen, px_interval=1.0, px_timeout=5.0, dial_timeout=10.0)
+        try:
+            manifest_bytes = await self._obtain_manifest()
+        except PeerError as exc:
+            self.out.emit("error", f"error: {exc}", reason=str(exc))
+            return 1
+        async with open_host(key, host_cfg) as host:
+            self.host = host
+            self.self_id = str(host.peer_id)
+            self.manifest = RunManifest.from_bytes(manifest_bytes)
+            self.run_id = self.manifest.run_id()
+            install_manifest_server(host, manifest_bytes)
+            self.trainer = await trio.to_thread.run_sync(Trainer, self.manifest, self.self_id)
+            cap = payload_cap(self.trainer.spec)
+            self.round_config = self.manifest.round_config(cap)
+            window = self.round_config.history_steps + self.round_config.max_future_steps + 2
+            self.store = PayloadStore(self.run_id, window_steps=window)
+            self._served = _CountingStore(self.store)
+            self.xfer = TransferConfig(max_payload_bytes=cap, attempt_timeout=20.0)
+            PayloadServer(host, self._served, self.xfer).install()  # type: ignore[arg-type]
+            StateServer(host, self.run_id, self._provide_snapshot).install()
+            gossip_cfg = GossipConfig(publish_timeout=5.0)
+            async with open_gossip(host, self.run_id, validator=self._validate, config=gossip_cfg) as gossip:
+                self.gossip = gossip
+                self._emit_listening(host)
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._gossip_loop)
+                    nursery.start_soon(self._publisher)
+                    nursery.start_soon(self._heartbeat_loop)
+                    nursery.start_soon(self._signal_loop)
+                    try:
+                        if opts.bootstrap:
+                            await host.bootstrap(list(opts.bootstrap))
+                        state = await self._start_state()
+                    except (PeerError, TransportError) as exc:
+                        self.out.emit("error", f"error: {exc}", reason=str(exc))
+                        nursery.cancel_scope.cancel()
+                        return 1
+                    self._start_machine(state)
+                    nursery.start_soon(self._tick_loop)
+                    await self._train_loop()
+                    nursery.cancel_scope.cancel()
+        return 0
+
+    async def _obtain_manifest(self) -> bytes:
+        """The run manifest: ours if we found the run, else fetched from a bootstrap peer.
+
+        Joiners fetch it through a throwaway host with a fresh identity. The real host must not connect to
+        anyone before its gossip is running: py-libp2p opens its pubsub stream only when a connection comes
+        up, and a peer that met no pubsub handler on our side never retries, so we would hear no gossip.
+        """
+        if self.opts.manifest is not None:
+            return self.opts.manifest.to_bytes()
+        if not self.opts.bootstrap:
+            raise PeerError("a joiner needs --bootstrap (or found a run without it)")
+        peer, _ = split_peer_addr(self.opts.bootstrap[0])
+        self.bootstrap_peer = peer
+        cfg = HostConfig(listen_addrs=self.opts.listen, px_interval=0.0, dial_timeout=10.0)
+        async with open_host(create_new_key_pair(), cfg) as temp:
+            try:
+                await temp.dial(self.opts.bootstrap[0])
+                return await fetch_manifest(temp, peer, expected_run_id=self.opts.expected_run_id)
+            except TransportError as exc:
+                raise PeerError(f"cannot get the run manifest from {peer}: {exc}") from exc
+
+    def _emit_listening(self, host: P2PHost) -> None:
+        addrs = [str(a) for a in host.addrs()]
+        command = f"distro-node join --bootstrap {addrs[0]} --run-id {self.run_id.hex()}"
+        m = self.manifest
+        self.out.emit(
+            "listening",
+            f"peer {self.self_id}\n  run {self.run_id.hex()} ({m.preset}, {m.strategy}, batch "
+            f"{m.batch_size}x{m.seq_len})\n  listening on {', '.join(addrs)}\n"
+            f"  others join with:\n    {command}",
+            peer_id=self.self_id, addrs=addrs, run_id=self.run_id.hex(), join_command=command,
+            founder=self.founder,
+        )
+
+    async def _start_state(self) -> SyncState:
+        """Founders wait for their genesis cohort; joiners sync from the swarm (genesis or mid-run)."""
+        if self.founder:
+            self._cohort.add(self.self_id)
+            if len(self._cohort) >= self.opts.genesis_peers:
+                self._cohort_ready.set()
+            with trio.move_on_after(self.opts.startup_timeout) as scope:
+                await self._cohort_ready.wait()
+            if scope.cancelled_caught:
+                raise PeerError(
+                    f"only {len(self._cohort)} of {self.opts.genesis_peers} genesis peers arrived")
+            state = SyncState(0, Roster.genesis(sorted(self._cohort)))
+            # Genesis weights come from the manifest's seed: cohort members build and check them locally.
+            self._genesis = Snapshot.build(0, self.trainer.weights_hash, state, {"weights": b""})
+            self._bump()
+            await self._wait_heard(set(state.roster.peers), self.opts.startup_timeout / 4)
+            self.out.emit("joined", f"founded run at step 0 with {len(self._cohort)} peer(s)", step=0,
+                          genesis=True, roster=len(self._cohort),
+                          weights_hash=self.trainer.weights_hash.hex())
+            return state
+        try:
+            state, how = await sync_from_swarm(self, genesis=True)
+        except JoinError as exc:
+            raise PeerError(str(exc)) from exc
+        await self._wait_heard(set(state.roster.eligible()), 15.0)
+        self.out.emit("joined", f"joined at step {state.next_step} ({how})", step=state.next_step,
+                      genesis=how == "genesis", roster=len(state.roster), how=how,
+                      weights_hash=self.trainer.weights_hash.hex())
+        return state
+
+    async def _wait_heard(self, peers: set[str], timeout: float) -> None:
+        """Until gossip from every one of ``peers`` reached us: then our mesh links exist both ways and
+        step 0's announcements will not be lost. Bounded: missing peers only cost a round deadline."""
+        with trio.move_on_after(timeout):
+            while not peers - {self.self_id} <= self._heard:
+                await self._wait_changed()
+
+    def _start_machine(self, state: SyncState) -> None:
+        self._applied = state.next_step
+        self.machine = RoundMachine(self.round_config, self.self_id, state, trio.current_time())
+        self._replay_buffer()
+
+    def _replay_buffer(self) -> None:
+        """Messages that arrived while we synced, in step order: a joiner learns the lists and votes of the
+        steps decided during its transfer instead of waiting for laggard timeouts."""
+        pending = list(self._buffer)
+        self._buffer.clear()
+        pending.sort(key=lambda m: m.step)
+        for msg in pending:
+            self._dispatch(msg)
+
+    # ------------------------------------------------------------------------------------------ gossip
+
+    def _validate(self, sender: ID, data: bytes) -> bool:
+        try:
+            decode_signed(data, str(sender), self.run_id)
+        except CodecError:
+            return False
+        return True
+
+    async def _gossip_loop(self) -> None:
+        gossip: AnnouncementChannel = self.gossip
+        async for item in gossip:
+            try:
+                msg = decode_signed(item.data, str(item.sender), self.run_id)
+            except CodecError as exc:
+                logger.debug("dropping gossip from %s: %s", item.sender, exc)
+                continue
+            self._heard.add(author_of(msg))
+            if isinstance(msg, Announcement):
+                self._remember_announcement(msg)
+            if self.machine is None:
+                self._buffer.append(msg)
+                self._bump()
+                continue
+            self._dispatch(msg)
+
+    def _remember_announcement(self, ann: Announcement) -> None:
+        by_hash = self._announced.setdefault(ann.step, {})
+        by_hash.setdefault(ann.weights_hash, set()).add(ann.peer_id)
+        while len(self._announced) > _ANNOUNCE_MEMORY:
+            self._announced.popitem(last=False)
+
+    def announcers(self, step: int, weights_hash: bytes) -> set[str]:
+        """Peers whose announcement for ``step`` carried ``weights_hash`` (signed, so each counts once)."""
+        return set(self._announced.get(step, {}).get(weights_hash, set()))
+
+    def _dispatch(self, msg: Message) -> None:
+        m = self.machine
+        if m is None:
+            return
+        now = trio.current_time()
+        if isinstance(msg, Announcement):
+            actions = m.on_announcement(msg, now)
+        elif isinstance(msg, InclusionList):
+            actions = m.on_inclusion_list(msg, now)
+        elif isinstance(msg, Vote):
+            actions = m.on_vote(msg, now)
+        elif isinstance(msg, Status):
+            actions = m.on_status(msg, now)
+        elif isinstance(msg, Heartbeat):
+            actions = m.on_heartbeat(msg, now)
+        elif isinstance(msg, Goodbye):
+            actions = m.on_goodbye(msg, now)
+            self.out.emit("goodbye", f"peer {msg.peer_id[-8:]} left at step {msg.step}", peer=msg.peer_id,
+                          step=msg.step)
+        else:
+            return
+        self._handle(actions)
+
+    def _publish(self, msg: Message) -> None:
+        try:
+            self._outbox_send.send_nowait(encode_message(msg))
+        except trio.WouldBlock:
+            logger.warning("gossip outbox full; dropped a %s", type(msg).__name__)
+
+    async def _publisher(self) -> None:
+        """One task publishes everything, in order: a vote never overtakes the list it votes for."""
+        async for data in self._outbox_recv:
+            try:
+                await self.gossip.publish(data)
+            except GossipError as exc:
+                logger.warning("gossip publish failed: %s", exc)
+
+    # ------------------------------------------------------------------------------------------ actions
+
+    def _bump(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _wait_changed(self) -> None:
+        await self._changed.wait()
+
+    def _handle(self, actions: Sequence[Action]) -> None:
+        for a in actions:
+            if isinstance(a, FetchPayload):
+                self._nursery.start_soon(self._fetch, a)
+            elif isinstance(a, PublishInclusionList):
+                self._publish(a.inclusion_list)
+            elif isinstance(a, PublishVote):
+                self._publish(a.vote)
+            elif isinstance(a, PublishStatus):
+                self._publish(a.status)
+            elif isinstance(a, Reannounce):
+                self._publish(a.announcement)
+            elif isinstance(a, ApplyInclusionList):
+                self._applies[a.step] = a
+            elif isinstance(a, ResyncNeeded):
+                self._resync = a
+                self.out.emit("resync_needed", f"resync needed at step {a.step}: {a.reason}", step=a.step,
+                              reason=a.reason)
+            elif isinstance(a, MembershipChanged):
+                self.out.emit("membership", f"peer {a.peer_id[-8:]} {a.change} at step {a.step}",
+                              step=a.step, peer=a.peer_id, change=a.change)
+            elif isinstance(a, Penalize | ListConflict | RoundStalled):
+                self.out.emit("fault", f"{type(a).__name__}: {a}", kind=type(a).__name__, detail=str(a))
+        if actions:
+            self._bump()
+
+    async def _fetch(self, a: FetchPayload) -> None:
+        key = (a.step, a.peer_id, a.payload_hash)
+        m = self.machine
+        if m is None:
+            return
+        if key in self._decoded:
+            self._handle(m.on_payload_validated(a.step, a.peer_id, a.payload_hash, trio.current_time()))
+            return
+        preferred = [ID.from_base58(s) for s in a.sources]
+        others = sorted(self.host.connected_peers() - set(preferred), key=str)
+        cached = self.store.get(a.step, a.payload_hash)
+        try:
+            data = cached if cached is not None else await fetch_payload(
+                self.host, PayloadRequest(self.run_id, a.step, a.payload_hash), [*preferred, *others],
+                store=self.store, config=self.xfer, expected_size=a.payload_size, spread=False)
+        except TransportError as exc:
+            logger.debug("fetch failed: %s", exc)
+            self._handle(m.on_payload_failed(a.step, a.peer_id, a.payload_hash, trio.current_time()))
+            return
+        if cached is None:
+            self.recv_bytes += len(data)
+        try:
+            payload = await trio.to_thread.run_sync(self.trainer.decode, data, a.peer_id, a.step,
+                                                    limiter=self._decode_limit)
+        except PayloadError as exc:
+            self.out.emit("rejected", f"payload of {a.peer_id[-8:]} step {a.step} rejected: {exc.reason}",
+                          peer=a.peer_id, step=a.step, reason=exc.reason)
+            self._handle(m.on_payload_invalid(a.step, a.peer_id, a.payload_hash, trio.current_time()))
+            return
+        self._decoded[key] = payload
+        self._handle(m.on_payload_validated(a.step, a.peer_id, a.payload_hash, trio.current_time()))
+
+    # ------------------------------------------------------------------------------------------ timers
+
+    async def _tick_loop(self) -> None:
+        while True:
+            m = self.machine
+            now = trio.current_time()
+            wake = m.next_wakeup() if m is not None else None
+            delay = 0.2 if wake is None else min(0.2, max(0.0, wake - now))
+            await trio.sleep(delay)
+            if self.machine is not None:
+                self._handle(self.machine.on_tick(trio.current_time()))
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            m = self.machine
+            weights = self.trainer.weights_hash if hasattr(self, "trainer") else bytes(32)
+            hb = (m.make_heartbeat(weights) if m is not None
+                  else Heartbeat(self.run_id, self.self_id, 0, weights))
+            if not self._left:
+                self._publish(hb)
+            await trio.sleep(self.opts.heartbeat_interval)
+
+    async def _signal_loop(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                if self._stop_requested:
+                    self.out.emit("exit", "second signal: leaving now", signal=int(signum))
+                    raise KeyboardInterrupt
+                self._stop_requested = True
+                self._stop_deadline = trio.current_time() + self.opts.leave_budget
+                self.out.emit("stopping", f"signal {signum}: finishing the current round, then leaving",
+                              signal=int(signum))
+                self._bump()
+
+    # ------------------------------------------------------------------------------------------ snapshots
+
+    async def _provide_snapshot(self, requester: ID, genesis: bool) -> Snapshot | None:
+        """Founders answer genesis requests by adding the requester to the cohort and answering once it is
+        complete (so every cohort member gets the same genesis roster); otherwise cut a snapshot at our next
+        step boundary."""
+        if self.founder and not self._cohort_ready.is_set():
+            if not genesis:
+                return None
+            if len(self._cohort) < self.opts.genesis_peers:
+                self._cohort.add(str(requester))
+            if len(self._cohort) >= self.opts.genesis_peers:
+                self._cohort_ready.set()
+            if str(requester) not in self._cohort:
+                return None
+            await self._cohort_ready.wait()
+            while self._genesis is None:
+                await self._wait_changed()
+            return self._genesis
+        if self.machine is None:
+            return None
+        self._snap_requested = True
+        ready = self._snap_ready
+        self._bump()
+        with trio.move_on_after(30.0):
+            await ready.wait()
+        return self._latest_snapshot if ready.is_set() else None
+
+    async def _cut_snapshot(self, step: int) -> None:
+        m = self.machine
+        if not self._snap_requested or m is None or m.next_apply_step != step:
+            return  # only at a boundary where the machine's state describes exactly our weights
+        state = m.export_state()
+        parts = await trio.to_thread.run_sync(self.trainer.snapshot_parts, limiter=self._compute_limit)
+        self._latest_snapshot = Snapshot.build(step, self.trainer.weights_hash, state, parts)
+        self._snap_requested = False
+        ready, self._snap_ready = self._snap_ready, trio.Event()
+        ready.set()
+
+    # ------------------------------------------------------------------------------------------ training
+
+    async def _train_loop(self) -> None:
+        steps = self.opts.steps
+        extra_rounds = 0
+        while True:
+            if self._resync is not None:
+                await self._do_resync()
+            s = self._applied
+            if steps is not None and s >= steps:
+                break
+            if self._stop_requested:
+                if not self._should_stay_for(s) or extra_rounds >= 2:
+                    break
+                extra_rounds += 1
+            await self._cut_snapshot(s)
+            row = await self._step(s)
+            if row is None:
+                break  # abandoned (stop requested and the round did not close in time)
+        await self._leave()
+
+    def _should_stay_for(self, step: int) -> bool:
+        """A leaver that would lead the next round stays for it: an absent epoch-0 leader costs every other
+        peer a leader timeout, while staying costs us one round (bounded by the leave budget)."""
+        m = self.machine
+        if m is None or trio.current_time() >= self._stop_deadline:
+            return False
+        order = m.leader_order(step)
+        return bool(order) and order is not None and order[0] == self.self_id
+
+    async def _step(self, s: int) -> dict[str, object] | None:
+        m = self.machine
+        if m is None:
+            return None
+        t_start = trio.current_time()
+        loss: float | None = None
+        phases: dict[str, float] = {}
+        if m.next_step <= s:
+            done = await trio.to_thread.run_sync(self.trainer.compute, s, limiter=self._compute_limit)
+            phases.update(done.seconds)
+            loss = done.loss
+            if done.data is not None:
+                t0 = time.perf_counter()
+                digest = self.store.put(s, done.data)
+                payload = await trio.to_thread.run_sync(self.trainer.decode, done.data, self.self_id, s,
+                                                        limiter=self._decode_limit)
+                self._decoded[(s, self.self_id, digest)] = payload
+                phases["codec"] = time.perf_counter() - t0
+                ann = Announcement(self.run_id, s, self.self_id, digest, len(done.data), done.weights_hash)
+                self._publish(ann)
+                self._handle(m.on_local_announcement(ann, trio.current_time()))
+        t_announced = trio.current_time()
+        while s not in self._applies:
+            if self._resync is not None:
+                return {}
+            if self._stop_requested:
+                remaining = self._stop_deadline - trio.current_time()
+                if remaining <= 0:
+                    self.out.emit("abandoned", f"left step {s} undecided", step=s)
+                    return None
+                with trio.move_on_after(remaining):
+                    await self._wait_changed()
+            else:
+                await self._wait_changed()
+        action = self._applies.pop(s)
+        t_decided = trio.current_time()
+        lst = action.inclusion_list
+        payloads = {p: self._decoded[(s, p, h)] for p, h in lst.entries}
+        t0 = time.perf_counter()
+        new_hash = await trio.to_thread.run_sync(self.trainer.apply, s, payloads, limiter=self._compute_limit)
+        phases["apply"] = time.perf_counter() - t0
+        phases["round"] = t_decided - t_announced
+        self._applied = s + 1
+        for key in [k for k in self._decoded if k[0] < s]:
+            del self._decoded[key]
+        roster = self.machine.roster if self.machine is not None else None
+        row: dict[str, object] = {
+            "step": s, "loss": loss, "included": len(lst.entries),
+            "roster": len(roster.eligible()) if roster is not None else 0,
+            "self_included": any(p == self.self_id for p, _ in lst.entries),
+            "warming": len(lst.warming), "leader": lst.leader, "epoch": lst.epoch,
+            "sent_bytes": self._served.bytes_out, "recv_bytes": self.recv_bytes,
+            "round_s": round(t_decided - t_announced, 4), "step_s": round(trio.current_time() - t_start, 4),
+            "phases": {k: round(v, 4) for k, v in phases.items()}, "weights_hash": new_hash.hex(),
+        }
+        self.out.emit("step", step_text(row), **row)
+        return row
+
+    async def _do_resync(self) -> None:
+        request, self._resync = self._resync, None
+        m = self.machine
+        if request is None or m is None:
+            return
+        try:
+            state, how = await sync_from_swarm(self, genesis=False)
+        except JoinError as exc:
+            self.out.emit("resync_failed", f"resync failed: {exc}", reason=str(exc))
+            return
+        self._applies.clear()
+        self._applied = state.next_step
+        self._handle(m.restore(state, trio.current_time()))
+        self.out.emit("resynced", f"resynced to step {state.next_step} ({how})", step=state.next_step,
+                      weights_hash=self.trainer.weights_hash.hex())
+
+    async def _leave(self) -> None:
+        m = self.machine
+        self._left = True
+        if m is not None:
+            goodbye = m.make_goodbye()
+            with trio.move_on_after(2.0):
+                await self.gossip.publish(encode_message(goodbye))
+            self.out.emit("left", f"goodbye sent at step {goodbye.step}", step=goodbye.step)
+        # Peers still fetching this step's payloads may need ours.
+        await trio.sleep(self.opts.linger)

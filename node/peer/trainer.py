@@ -1,0 +1,117 @@
+"""The compute half of a peer: model, strategy and data for one run, used from one worker thread at a time.
+
+Everything here is blocking torch work; the node calls it through ``trio.to_thread.run_sync`` with a limiter
+of one, so the event loop keeps gossip, payload serving and the round machine alive meanwhile, and the
+strategy never sees two calls at once. The step order is the one ``optimizer/base.py`` prescribes and
+``node/simulate.py`` follows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from distro_node.compression.errors import PayloadError
+from distro_node.compression.payload import Header, Payload, PayloadSpec
+from distro_node.compression.wire import decode, encode
+from distro_node.optimizer.registry import build_strategy
+
+from ..data.embedded import markov_source
+from ..data.sampling import sample_batch
+from ..hashing import model_hash
+from ..model import Llama, next_token_loss
+from ..presets import preset
+from .manifest import RunManifest
+from .snapshot_io import (
+    load_weights,
+    optim_from_bytes,
+    optim_to_bytes,
+    weights_to_bytes,
+    without_local_momentum,
+)
+
+GRAD_CLIP = 1.0
+
+
+@dataclass(frozen=True)
+class Computed:
+    """One step's local work: the encoded payload (None when the strategy sends nothing) and timings."""
+
+    step: int
+    loss: float
+    data: bytes | None
+    weights_hash: bytes
+    seconds: dict[str, float]
+
+
+class Trainer:
+    def __init__(self, manifest: RunManifest, peer_id: str) -> None:
+        self.manifest = manifest
+        self.peer_id = peer_id
+        self.run_id = manifest.run_id()
+        self.model = Llama(preset(manifest.preset), seed=manifest.seed)
+        self.strategy = build_strategy(manifest.strategy, self.model, dict(manifest.settings))
+        self.spec: PayloadSpec = self.strategy.spec()
+        self.source = markov_source(manifest.data_seed)
+        self.source.check_vocab(preset(manifest.preset).vocab_size)
+        self._weights_hash = self._hash()
+
+    def _hash(self) -> bytes:
+        return bytes.fromhex(model_hash(self.model))
+
+    @property
+    def weights_hash(self) -> bytes:
+        """Hash of the weights at the current step boundary (refreshed after every apply and load)."""
+        return self._weights_hash
+
+    def compute(self, step: int) -> Computed:
+        m = self.manifest
+        t0 = time.perf_counter()
+        weights_hash = self._weights_hash
+        self.strategy.pre_forward(step)
+        self.model.zero_grad(set_to_none=True)
+        inputs, targets = sample_batch(self.source, run_id=self.run_id, step=step, peer=self.peer_id,
+                                       batch_size=m.batch_size, seq_len=m.seq_len)
+        loss = next_token_loss(self.model(inputs), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+        self.strategy.post_backward(step)
+        t1 = time.perf_counter()
+        payload = self.strategy.prepare(step)
+        data = None
+        if payload is not None:
+            header = Header(run_id=self.run_id, step=step, peer_id=self.peer_id, strategy=self.spec.strategy,
+                            layout_digest=self.spec.layout_digest,
+                            settings_digest=self.spec.settings_digest())
+            data = encode(header, payload, self.spec)
+        t2 = time.perf_counter()
+        return Computed(step, float(loss.detach()), data, weights_hash,
+                        {"compute": t1 - t0, "prepare": t2 - t1})
+
+    def decode(self, data: bytes, sender: str, step: int) -> Payload:
+        """Validate peer bytes bound to the sender and step; raises PayloadError."""
+        _, payload = decode(data, self.spec, run_id=self.run_id, sender=sender, step=step)
+        return payload
+
+    def apply(self, step: int, payloads: Mapping[str, Payload]) -> bytes:
+        """Apply exactly these payloads (sorted by peer id inside the strategy); returns the new hash."""
+        self.strategy.apply(step, payloads)
+        self._weights_hash = self._hash()
+        return self._weights_hash
+
+    def snapshot_parts(self) -> dict[str, bytes]:
+        return {"weights": weights_to_bytes(self.model), "optim": optim_to_bytes(self.strategy.state_dict())}
+
+    def load(self, weights: bytes, optim: bytes | None, max_bytes: int) -> bytes:
+        """Adopt a donor's weights (and the replicated part of its optimizer state); returns the new hash."""
+        load_weights(self.model, weights)
+        if optim is not None:
+            state = without_local_momentum(self.manifest.strategy, optim_from_bytes(optim, max_bytes))
+            self.strategy.load_state_dict(state)
+        self._weights_hash = self._hash()
+        return self._weights_hash
+
+
+__all__ = ["Computed", "PayloadError", "Trainer"]

@@ -1,0 +1,104 @@
+"""Crash, graceful leave and late join with real peer processes on loopback."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from peer_procs import PeerProc, Procs, assert_identical, leader
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
+
+TIMEOUT = 5.0
+RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-timeout", str(TIMEOUT),
+       "--leader-timeout", "1", "--liveness-timeout", "3"]
+
+
+def _ids(peers: list[PeerProc]) -> dict[str, PeerProc]:
+    return {p.info()["peer_id"]: p for p in peers}
+
+
+def test_kill_9_mid_round_others_close_it_by_the_deadline(procs: Procs) -> None:
+    peers = procs.swarm(4, RUN, ["--steps", "60"])
+    by_id = _ids(peers)
+    run_id = peers[0].info()["run_id"]
+    ids = sorted(by_id)
+    # A victim that does not lead the rounds it can still be waited for (until dropped after 3 misses):
+    # a dead epoch-0 leader costs one more leader timeout, which is the fallback path, tested elsewhere.
+    choice = next(
+        (k, v) for k in range(6, 30) for v in ids
+        if v not in {leader(run_id, s, ids) for s in range(k, k + 5)}
+    )
+    kill_after, victim_id = choice
+    victim = by_id[victim_id]
+    victim.wait_step(kill_after, 60)
+    victim.signal(signal.SIGKILL)  # it is now computing or announcing step kill_after + 1
+    survivors = [p for p in peers if p is not victim]
+    last = kill_after + 6
+    for p in survivors:
+        p.wait_step(last, 60)
+    assert_identical(survivors, range(last + 1))
+    for p in survivors:
+        rows = p.steps()
+        after = range(kill_after + 1, last + 1)
+        slow = {s: rows[s]["round_s"] for s in after if rows[s]["round_s"] > TIMEOUT + 1}
+        assert not slow, f"{p.name}: rounds after the crash exceeded the deadline + 1 s: {slow}"
+        assert rows[last]["included"] == 3 and rows[last]["roster"] == 3, rows[last]
+
+
+def test_graceful_leave_next_round_does_not_wait(procs: Procs) -> None:
+    peers = procs.swarm(4, RUN, ["--steps", "60"])
+    leaver = peers[2]
+    leaver.wait_step(8, 60)
+    sent = time.monotonic()
+    leaver.signal(signal.SIGTERM)
+    assert leaver.wait_exit(10) == 0
+    assert time.monotonic() - sent < 10
+    left = leaver.wait_for(lambda e: e.get("event") == "left", 1, "left")["step"]
+    survivors = [p for p in peers if p is not leaver]
+    for p in survivors:
+        p.wait_step(left + 4, 60)
+    assert_identical(peers, range(left + 4))
+    for p in survivors:
+        rows = p.steps()
+        times = {s: rows[s]["round_s"] for s in range(left, left + 4)}
+        assert max(times.values()) < TIMEOUT / 2, f"{p.name} waited for the leaver: {times}"
+        assert rows[left + 3]["roster"] == 3
+
+
+def test_join_command_founds_and_second_process_joins(procs: Procs) -> None:
+    founder = procs.start([*RUN, "--genesis-peers", "2", "--steps", "15"], "founder")
+    command = founder.info()["join_command"]
+    assert command.startswith("distro-node join --bootstrap /ip4/127.0.0.1/tcp/")
+    second = procs.start_command(command, ["--steps", "15"], "second")
+    for p in (founder, second):
+        assert p.wait_exit(80) == 0
+    assert_identical([founder, second], range(15))
+    for p in (founder, second):
+        assert sorted(p.steps()) == list(range(15))
+
+
+@pytest.mark.xfail(reason="mid-run join: state sync works, but the newcomer hears no gossip after joining a "
+                          "running swarm (py-libp2p pubsub stream/mesh with already-meshed peers); under "
+                          "investigation", strict=False)
+@pytest.mark.timeout(100)
+def test_fifth_peer_joins_at_round_10_and_matches_after_warmup(procs: Procs) -> None:
+    peers = procs.swarm(4, RUN, ["--steps", "40"])
+    peers[0].wait_step(10, 60)
+    newcomer = procs.start_command(peers[0].info()["join_command"], ["--steps", "40"], "newcomer")
+    joined = newcomer.wait_for(lambda e: e.get("event") == "joined", 60, "joined")
+    assert not joined["genesis"]
+    first = newcomer.wait_step(0, 40)["step"]
+    included = newcomer.wait_for(lambda e: e.get("event") == "step" and e["self_included"], 60,
+                                 "first round that includes the newcomer")
+    end = included["step"] + 2
+    for p in peers:
+        p.wait_step(end, 60)
+    newcomer.wait_step(end, 30)
+    everyone = [*peers, newcomer]
+    assert_identical(everyone, range(first, end + 1))
+    rows = newcomer.steps()
+    assert sorted(rows) == list(range(first, max(rows) + 1)), "the newcomer skipped a step"
+    assert included["step"] - first >= 3 - 1, "included before its warm-up"
+    assert peers[0].steps()[end]["included"] == 5

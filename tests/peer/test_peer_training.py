@@ -1,0 +1,32 @@
+"""Four real peer processes on loopback train together and stay bit-identical (DESIGN.md section 3)."""
+
+from __future__ import annotations
+
+import pytest
+from peer_procs import Procs, assert_identical
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
+
+RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-timeout", "5"]
+
+
+def test_four_peers_train_identically_for_30_rounds(procs: Procs) -> None:
+    steps = 30
+    peers = procs.swarm(4, RUN, ["--steps", str(steps)])
+    for p in peers:
+        p.wait_for(lambda e: e.get("event") == "left", 80, "leave after the last step")
+    for p in peers:
+        assert p.wait_exit(15) == 0
+    assert_identical(peers, range(steps))
+    for p in peers:
+        rows = p.steps()
+        assert sorted(rows) == list(range(steps)), f"{p.name} applied {sorted(rows)}"
+        included = [rows[s]["included"] for s in range(steps)]
+        # Under CPU overload (5 processes on 2 shared cores) a peer can miss a round's 5 s deadline;
+        # that is correct behaviour, not a failure, but it must stay rare.
+        assert sum(n == 4 for n in included) >= steps - 3, f"{p.name} included counts {included}"
+    # A peer that fell behind applies a decided step without computing it (loss None): skip those.
+    losses = [[p.steps()[s]["loss"] for p in peers if p.steps()[s]["loss"] is not None] for s in range(steps)]
+    first = [x for row in losses[:5] for x in row]
+    last = [x for row in losses[-5:] for x in row]
+    assert sum(last) / len(last) < sum(first) / len(first) - 0.05, f"loss did not go down: {first} -> {last}"
