@@ -1,7 +1,7 @@
 """Small helpers shared by the benchmark scripts in this folder.
 
 Every result file carries the machine, versions, commit and command line it was produced with, because a
-number without its context cannot be compared with a later run or with another engineer's machine. The
+number without its context cannot be compared with a later run or with another machine's. The
 payload builders live here so both benches cost and fuzz the very spec the DisTrO optimizer would send.
 """
 

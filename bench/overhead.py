@@ -1,7 +1,9 @@
 """Compute overhead of DisTrO against the forward and backward pass it rides on.
 
 Answers: does compressing (prepare) and aggregating eight peers' payloads (apply) cost little next to the
-gradient computation itself? Same model, same batch, one process; medians over repeats.
+gradient computation itself? Same model, same batch, one process; medians over repeats. prepare and apply
+cost the same whatever the batch, while forward and backward grow with the tokens per step, so the ratio is
+reported for several batch sizes (the report's runs used ~131k tokens per GPU per step).
 Writes bench/results/overhead.json.
 """
 
@@ -84,6 +86,7 @@ def measure(preset_name: str, peers: int, batch: int, repeats: int, threads: int
         "params": n,
         "peers": peers,
         "batch": [batch, cfg.seq_len],
+        "tokens_per_peer_step": batch * cfg.seq_len,
         "threads": threads,
         "repeats": repeats,
         "forward_backward_s": fwd_bwd_s,
@@ -105,16 +108,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--presets", default="small", help="comma-separated presets (default: small)")
     parser.add_argument("--peers", type=int, default=8, help="payloads aggregated per apply (default 8)")
-    parser.add_argument("--batch", type=int, default=8, help="sequences per batch (default 8)")
+    parser.add_argument(
+        "--batches",
+        default="8,32",
+        help="comma-separated sequences per peer per step (default 8,32: 1k and 4k tokens of seq 128)",
+    )
     parser.add_argument("--repeats", type=int, default=7, help="repeats per measurement (default 7)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2: the CI machine)")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: bench/results/)")
     args = parser.parse_args(argv)
-    rows = [measure(p, args.peers, args.batch, args.repeats, args.threads) for p in args.presets.split(",")]
+    rows = [
+        measure(p, args.peers, int(b), args.repeats, args.threads)
+        for p in args.presets.split(",")
+        for b in args.batches.split(",")
+    ]
     for r in rows:
         pct = 100 * r["prepare_plus_apply_fraction"]
         print(
-            f"{r['preset']:>6}: fwd+bwd {r['forward_backward_s'] * 1e3:.1f} ms, "
+            f"{r['preset']:>6} batch {r['batch'][0]:>3}x{r['batch'][1]}: "
+            f"fwd+bwd {r['forward_backward_s'] * 1e3:.1f} ms, "
             f"prepare {r['prepare_s'] * 1e3:.1f} ms, apply({r['peers']}) {r['apply_s'] * 1e3:.1f} ms "
             f"-> {pct:.1f}% (target <= 10%); decode {r['decode_all_payloads_s'] * 1e3:.1f} ms; "
             f"compress {r['compress_params_per_s'] / 1e6:.1f} M params/s"

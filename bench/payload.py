@@ -52,8 +52,6 @@ ALGORITHM_MD_CODECS: dict[str, tuple[str, str] | None] = {
     "u16 idx + bf16": ("auto", "bf16"),
     "u16 idx + 1-bit": ("auto", "1bit"),
 }
-# What the task brief assumed the optimizer's default to be; reported if optimizer/config.py differs.
-BRIEF_DEFAULT = {"topk": 4, "index_codec": "enum", "value_codec": "1bit"}
 
 T = TypeVar("T")
 
@@ -292,12 +290,6 @@ def main(argv: list[str] | None = None) -> int:
         "dense_bf16_mb": dense_bytes / MB,
         "n_tensors": len(list(model.parameters())),
         "optimizer_default": asdict(defaults),
-        "brief_assumed_default": BRIEF_DEFAULT,
-        "default_differs_from_brief": {
-            key: getattr(defaults, key)
-            for key, value in BRIEF_DEFAULT.items()
-            if getattr(defaults, key) != value
-        },
         "default": summary_of(default_row),
         "best_k4_1bit": summary_of(best_row),
         "report": {
@@ -353,11 +345,6 @@ def _print_summary(results: dict[str, Any], path: Path) -> None:
                 f"= {s['mb_per_step']:.3f} MB, {s['reduction_vs_dense_bf16']:.0f}x vs dense bf16 "
                 f"(report: {REPORT_MB} MB, {REPORT_DENSE_MB / REPORT_MB:.0f}x)"
             )
-    if results["default_differs_from_brief"]:
-        print(
-            "note: the optimizer's default differs from the brief's assumption: "
-            f"{results['default_differs_from_brief']}"
-        )
     e = results["embedding_tensor"]
     print(
         f"embedding {e['shape'][0]}x{e['shape'][1]} k={e['k']}: dct {e['dct_s_median'] * 1e3:.0f} ms, "
