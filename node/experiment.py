@@ -15,13 +15,15 @@ from typing import Any
 
 import torch
 from distro_node.optimizer.registry import build_strategy
+from distro_node.protocol.scores import ScoreKeeper, ScorePolicy
 
 from .data.embedded import markov_source
 from .data.sampling import eval_batches, sample_batch
 from .data.source import TokenSource
+from .faults import FaultSpec
 from .model import Llama, ModelConfig, next_token_loss, param_count
 from .presets import preset
-from .simulate import SimulatedSwarm, StepReport, WireFilter
+from .simulate import Observer, SimulatedSwarm, StepReport, WireFilter
 
 
 class ExperimentConfigError(ValueError):
@@ -46,6 +48,11 @@ class ExperimentConfig:
     eval_batches: int = 8
     eval_every: int = 0  # 0: only at the end
     grad_clip: float = 1.0
+    # Peer index -> fault (node/faults.py). Put faulty peers at high indices: evaluation uses peer 0's model.
+    faults: Mapping[int, FaultSpec] = field(default_factory=dict)
+    # Score peers and leave banned ones out of the included set (the round leader's job in a real swarm).
+    exclusion: bool = True
+    score_policy: ScorePolicy = field(default_factory=ScorePolicy)
 
     def __post_init__(self) -> None:
         for name in ("peers", "steps", "batch_size", "eval_batches"):
@@ -56,10 +63,23 @@ class ExperimentConfig:
             raise ExperimentConfigError("eval_every", f"must be >= 0, got {self.eval_every}")
         if not self.grad_clip > 0:
             raise ExperimentConfigError("grad_clip", f"must be > 0, got {self.grad_clip}")
+        for index, fault in self.faults.items():
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.peers:
+                raise ExperimentConfigError(
+                    "faults", f"peer index must be in [0, {self.peers}), got {index!r}"
+                )
+            if not isinstance(fault, FaultSpec):
+                raise ExperimentConfigError("faults", f"peer {index}: expected a FaultSpec, got {fault!r}")
+        if not isinstance(self.exclusion, bool):
+            raise ExperimentConfigError("exclusion", f"must be a bool, got {self.exclusion!r}")
 
     def run_id(self) -> bytes:
+        """Hash of the run's settings. Faults and the exclusion policy are left out so an attacked run and its
+        honest twin draw the same batches for the same peer ids (a paired comparison)."""
         doc = asdict(self)
         doc["settings"] = dict(self.settings)
+        for name in ("faults", "exclusion", "score_policy"):
+            doc.pop(name)
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
 
 
@@ -75,6 +95,8 @@ class ExperimentResult:
     replicas_identical: bool
     seconds: float
     phase_seconds: dict[str, float]
+    ban_steps: dict[str, int] = field(default_factory=dict)  # peer id -> step after which it was left out
+    rejected: int = 0  # messages that failed validation over the run
 
     @property
     def reduction(self) -> float:
@@ -84,6 +106,7 @@ class ExperimentResult:
     def to_dict(self) -> dict[str, Any]:
         cfg = asdict(self.config)
         cfg["settings"] = dict(self.config.settings)
+        cfg["faults"] = {str(i): str(f) for i, f in self.config.faults.items()}
         return {
             "config": cfg,
             "model_params": self.model_params,
@@ -96,6 +119,8 @@ class ExperimentResult:
             "replicas_identical": self.replicas_identical,
             "seconds": self.seconds,
             "phase_seconds": self.phase_seconds,
+            "ban_steps": self.ban_steps,
+            "rejected": self.rejected,
             "history": self.history,
         }
 
@@ -108,7 +133,10 @@ def model_config_for(cfg: ExperimentConfig) -> ModelConfig:
 
 
 def build_swarm(
-    cfg: ExperimentConfig, source: TokenSource | None = None, wire_filter: WireFilter | None = None
+    cfg: ExperimentConfig,
+    source: TokenSource | None = None,
+    wire_filter: WireFilter | None = None,
+    observer: Observer | None = None,
 ) -> tuple[SimulatedSwarm, TokenSource]:
     model_cfg = model_config_for(cfg)
     source = source if source is not None else markov_source(cfg.data_seed)
@@ -133,6 +161,10 @@ def build_swarm(
         run_id=run_id,
         grad_clip=cfg.grad_clip,
         wire_filter=wire_filter,
+        faults=cfg.faults,
+        scores=ScoreKeeper(cfg.score_policy) if cfg.exclusion else None,
+        observer=observer,
+        fault_seed=cfg.seed,
     )
     return swarm, source
 
@@ -142,9 +174,10 @@ def run_experiment(
     *,
     on_step: Callable[[StepReport], None] | None = None,
     wire_filter: WireFilter | None = None,
+    observer: Observer | None = None,
 ) -> ExperimentResult:
     start = time.perf_counter()
-    swarm, source = build_swarm(cfg, wire_filter=wire_filter)
+    swarm, source = build_swarm(cfg, wire_filter=wire_filter, observer=observer)
     model_cfg = model_config_for(cfg)
     seq_len = cfg.seq_len or model_cfg.seq_len
     held_out = list(
@@ -153,9 +186,11 @@ def run_experiment(
     history: list[dict[str, float]] = []
     phases: dict[str, float] = {}
     total_bytes = 0.0
+    rejected = 0
     for _ in range(cfg.steps):
         report = swarm.step()
         total_bytes += report.payload_bytes
+        rejected += report.rejected
         for k, v in report.seconds.items():
             phases[k] = phases.get(k, 0.0) + v
         row = {"step": report.step, "loss": report.loss, "payload_bytes": report.payload_bytes}
@@ -180,4 +215,6 @@ def run_experiment(
         replicas_identical=len(set(hashes)) == 1,
         seconds=time.perf_counter() - start,
         phase_seconds=phases,
+        ban_steps=dict(swarm.ban_steps),
+        rejected=rejected,
     )

@@ -18,6 +18,8 @@ from .errors import ConfigError
 
 SCHEDULE_KINDS: tuple[str, ...] = ("constant", "cosine", "wsd")
 UPDATE_RULES: tuple[str, ...] = ("sign", "adam")
+# Names of optimizer/robust.py's AGGREGATORS (listed here so config.py does not import torch code).
+AGGREGATIONS: tuple[str, ...] = ("mean", "clipped")
 
 
 def _finite(owner: str, name: str, value: float) -> None:
@@ -127,6 +129,10 @@ class DistroConfig:
     # name is what the settings digest sees, so peers agree on it.
     index_codec: str = "best"
     overlapped: bool = False
+    # "clipped" (default): every peer's payload is clipped to the median peer norm before the DeMo mean, so a
+    # scaled peer cannot dominate (threats.md); with 1-bit values it is bit-identical to "mean" (all norms are
+    # equal), so it costs nothing there. "mean": the plain DeMo rule of reference/algorithm.md.
+    aggregation: str = "clipped"
 
     def __post_init__(self) -> None:
         owner = "distro"
@@ -152,6 +158,10 @@ class DistroConfig:
             raise ConfigError(f"{owner}.index_codec", str(exc)) from None
         if not isinstance(self.overlapped, bool):
             raise ConfigError(f"{owner}.overlapped", f"must be a bool, got {self.overlapped!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ConfigError(
+                f"{owner}.aggregation", f"must be one of {AGGREGATIONS}, got {self.aggregation!r}"
+            )
         if not isinstance(self.schedule, ScheduleConfig):
             raise ConfigError(f"{owner}.schedule", "must be a ScheduleConfig")
 

@@ -37,15 +37,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from distro_node.compression.dct import from_chunks, to_chunks
+from distro_node.compression.dct import from_chunks, from_sparse_chunks, sparse_is_cheaper, to_chunks
 from distro_node.compression.layout import TensorLayout
 from distro_node.compression.payload import Payload, PayloadSpec, SparseTensor, TensorSpec
 
-from .aggregate import Aggregator, check_payloads, entries_for
+from .aggregate import Aggregator, aggregate_to_dense, check_payloads, entries_for
 from .base import Strategy
 from .config import DistroConfig, config_settings
 from .errors import StateError, StepOrderError
 from .params import clone_tensors, copy_into, grad_of, layout_of, trainable
+from .robust import make_aggregator
 from .schedule import lr_at
 from .topk import clamp_k, densify, select_topk
 
@@ -65,7 +66,8 @@ class DisTrO(Strategy):
     ) -> None:
         self.config = config or DistroConfig()
         self.overlapped = self.config.overlapped
-        self.aggregator = aggregator or Aggregator()
+        # An explicit aggregator (tests, experiments) wins over the configured rule.
+        self.aggregator = aggregator or make_aggregator(self.config.aggregation)
         self._params = trainable(model)
         self._layout = layout_of(self._params, self.config.chunk)
         self._layouts: dict[str, TensorLayout] = self._layout.by_name()
@@ -124,7 +126,11 @@ class DisTrO(Strategy):
             return
         layout = self._layouts[name]
         delta = self._delta[name]
-        delta.sub_(from_chunks(densify(sent, layout.chunk_numel, delta.device), layout).reshape(delta.shape))
+        if sent.indices is not None and sparse_is_cheaper(sent.indices.shape[1], layout):
+            removed = from_sparse_chunks(sent.indices.to(delta.device), sent.values.to(delta.device), layout)
+        else:
+            removed = from_chunks(densify(sent, layout.chunk_numel, delta.device), layout)
+        delta.sub_(removed.reshape(delta.shape))
 
     @torch.no_grad()
     def prepare(self, step: int) -> Payload:
@@ -158,15 +164,16 @@ class DisTrO(Strategy):
             return
         if self._saved is not None:
             raise StepOrderError("apply called while the lookahead is active: call post_backward first")
-        check_payloads(self._specs, payloads)
+        check_payloads(self._specs, payloads, self._spec.fingerprint())
         self.aggregator.begin(self._specs, payloads)
         lr = lr_at(self.config.schedule, step)
         decay = 1.0 - lr * self.config.weight_decay
         if self.config.update == "adam":
             self._adam_t += 1
         for (name, p), spec in zip(self._params, self._specs, strict=True):
-            coeffs = self.aggregator.combine(spec, entries_for(name, payloads), p.device)
-            u = from_chunks(coeffs, self._layouts[name]).reshape(p.shape)
+            entries = entries_for(name, payloads)
+            coeffs = self.aggregator.combine(spec, entries, p.device)
+            u = aggregate_to_dense(coeffs, entries, self._layouts[name]).reshape(p.shape)
             if self.config.weight_decay:
                 p.mul_(decay)
             p.sub_(self._direction(name, u).to(p.dtype), alpha=lr)

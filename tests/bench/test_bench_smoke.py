@@ -68,3 +68,13 @@ def test_decode_fuzz_bench_quick(tmp_path: Path) -> None:
     assert {"p50", "p99", "max"} <= set(doc["decode_ms"])
     assert {"before", "after", "growth"} <= set(doc["rss_mb"])
     assert set(doc["pass"]) >= {"no_crashes", "rss_growth_under_target", "p99_under_target"}
+
+
+@pytest.mark.slow
+def test_robustness_bench_smoke(tmp_path: Path) -> None:
+    args = ("--quick", "--only", "H6", "B1", "--steps", "16")
+    doc = _run("robustness.py", tmp_path / "robustness.json", *args)
+    b1 = doc["scenarios"]["B1"]
+    assert {"final_eval_loss_mean", "ratio_of_means", "checks", "runs"} <= set(b1)
+    assert b1["runs"][0]["attacker_ban_step"].keys() == {"peer-006", "peer-007"}
+    assert doc["honest_false_positives"] == 0

@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from conftest import Toy, identical, local_step, params_of, run_peers
 from distro_node.optimizer import (
     AdamWAllReduce,
     AdamWConfig,
@@ -22,6 +21,7 @@ from distro_node.optimizer import (
     build_strategy,
 )
 from distro_node.optimizer.cocktail import random_subset, subset_seed
+from optimizer_support import Toy, identical, local_step, params_of, run_peers
 
 FACTORIES: dict[str, tuple[Callable[[torch.nn.Module], Strategy], str]] = {
     "adamw": (lambda m: AdamWAllReduce(m, AdamWConfig(schedule=ScheduleConfig(lr=1e-2))), "bf16"),

@@ -6,10 +6,10 @@ import io
 
 import pytest
 import torch
-from conftest import Toy, emulate_codec, identical, local_step, params_of, run_peers
 from distro_node.compression.errors import PayloadError
 from distro_node.compression.payload import Payload, SparseTensor
 from distro_node.optimizer import DisTrO, DistroConfig, ScheduleConfig, StepOrderError
+from optimizer_support import Toy, emulate_codec, identical, local_step, params_of, run_peers
 
 LR = 0.01
 

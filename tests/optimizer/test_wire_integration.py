@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import Toy, identical, run_peers
 from distro_node.compression.payload import Header, Payload
 from distro_node.optimizer import (
     AdamWConfig,
@@ -15,6 +14,7 @@ from distro_node.optimizer import (
     Strategy,
     build_strategy,
 )
+from optimizer_support import Toy, identical, run_peers
 
 wire = pytest.importorskip("distro_node.compression.wire")
 RUN = b"run-1"
