@@ -32,6 +32,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from .errors import AnnouncementTooLargeError, GossipError
 from .host import P2PHost
+from .wire import reset_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -66,12 +67,15 @@ class GossipConfig:
     receive_buffer: int = 1024
     deliver_own: bool = False
     publish_timeout: float = 10.0
+    stuck_after: float = 1.0  # a full outbound queue that has not shrunk for this long is a wedged peer
 
     def __post_init__(self) -> None:
         if not 0 < self.max_message_bytes <= self.max_inbound_rpc_bytes:
             raise ValueError("GossipConfig.max_message_bytes must be in 1..max_inbound_rpc_bytes")
         if not 0 < self.degree_low <= self.degree <= self.degree_high:
             raise ValueError("GossipConfig needs 0 < degree_low <= degree <= degree_high")
+        if not 0 < self.stuck_after < self.publish_timeout:
+            raise ValueError("GossipConfig.stuck_after must be in (0, publish_timeout)")
         if self.heartbeat_interval < 1 or self.receive_buffer < 1:
             raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
 
@@ -95,6 +99,9 @@ class AnnouncementChannel:
         self._pubsub = pubsub
         self._send, self._recv = trio.open_memory_channel[GossipMessage](config.receive_buffer)
         self.dropped = 0  # messages lost because the application did not drain ``receive`` fast enough
+        self.stuck_resets = 0  # pubsub streams reset because their outbound queue stopped draining
+        self._progress: dict[ID, tuple[int, float]] = {}  # full queues: (lowest depth seen, when)
+        self._reset_peers: set[ID] = set()
 
     async def publish(self, data: bytes) -> None:
         """Sign and publish; raises AnnouncementTooLargeError rather than letting libp2p drop silently."""
@@ -109,18 +116,61 @@ class AnnouncementChannel:
             raise GossipError(f"publish on {self.topic} failed: {exc!r}") from exc
 
     async def _wait_for_outbound_room(self) -> None:
-        """Back-pressure for bursts: 0.8.1 drops (silently) when a peer's 32-entry outbound queue is full.
+        """Back-pressure for bursts: py-libp2p drops (silently) when a peer's 32-entry outbound queue is full.
 
         ``publish()`` enqueues without yielding, so a tight publish loop fills the queues before the sender
-        tasks ever run. Waiting until every queue is at most half full keeps bursts lossless; a queue that
-        never drains (a stuck peer) bounds the wait and surfaces as GossipError instead of a silent drop.
+        tasks ever run. Waiting until every *draining* queue is at most half full keeps bursts lossless.
+
+        A queue that stops draining (its sending task is blocked on a dead or wedged connection) must not
+        hold up the others: waiting for it made every publish of the node wait ``publish_timeout`` and then
+        fail, so one wedged link silenced the node for everybody (the mid-run join failure). Such a peer is
+        left out of the wait, its pubsub stream reset and its connections closed; peer exchange re-dials it
+        and pubsub opens fresh streams on the new connection.
+        GossipError only if no queue made progress at all.
         """
         with trio.move_on_after(self.config.publish_timeout) as scope:
-            while any(len(q) > _QUEUE_HIGH_WATER for q in self._pubsub.peer_queues.values()):
+            while True:
+                now = trio.current_time()
+                full = {p: len(q) for p, q in self._pubsub.peer_queues.items() if len(q) > _QUEUE_HIGH_WATER}
+                waiting = False
+                for peer_id, depth in full.items():
+                    last = self._progress.get(peer_id)
+                    if last is None or depth < last[0]:
+                        self._progress[peer_id] = (depth, now)
+                        waiting = True
+                    elif now - last[1] < self.config.stuck_after:
+                        waiting = True
+                    else:
+                        await self._drop_stuck_peer(peer_id, depth)
+                for peer_id in [p for p in self._progress if p not in full]:
+                    del self._progress[peer_id]
+                self._reset_peers &= set(full)
+                if not waiting:
+                    break
                 await trio.sleep(_QUEUE_POLL)
             await trio.lowlevel.checkpoint()
         if scope.cancelled_caught:
             raise GossipError(f"outbound gossip queues did not drain within {self.config.publish_timeout:g}s")
+
+    async def _drop_stuck_peer(self, peer_id: ID, depth: int) -> None:
+        """Reset the pubsub stream of a peer whose queue made no progress (at most once per stuck episode)."""
+        if peer_id in self._reset_peers:
+            return
+        self._reset_peers.add(peer_id)
+        self.stuck_resets += 1
+        logger.warning("gossip queue to %s stuck at %d RPCs for %.1fs; resetting its pubsub stream",
+                       peer_id, depth, self.config.stuck_after)
+        stream = self._pubsub.peers.get(peer_id)
+        if stream is not None:
+            await reset_quietly(stream)
+        # A queue wedges when its connection is half dead (the remote stopped reading it: seen as multiselect
+        # timeouts on new streams over it). Closing every connection to the peer lets both sides notice; peer
+        # exchange re-dials it and pubsub opens fresh streams on the new connection.
+        with trio.move_on_after(2.0):
+            try:
+                await self._host.libp2p.get_network().close_peer(peer_id)
+            except Exception as exc:
+                logger.debug("closing connections to stuck peer %s failed: %r", peer_id, exc)
 
     async def receive(self) -> GossipMessage:
         return await self._recv.receive()

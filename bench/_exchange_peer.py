@@ -1,0 +1,123 @@
+"""One peer process of bench/exchange.py: the daemon's exchange path, without training.
+
+Per round every peer stores a fresh random payload, announces (step, sha256) on the run's gossip topic
+(the daemon's announcement path), and pulls every other peer's payload over ``/distro/payload/1.0.0``
+from its announcer. A peer's round time runs from its own announcement to holding all N-1 other payloads.
+Rounds are paced by a barrier (every peer's "finished round r" announcement) so a slow peer's late
+fetches never overlap the next round's and inflate it. Every wait is bounded; on any timeout the process
+prints what it has and exits non-zero, and the parent kills it by pid regardless.
+
+Prints JSON lines on stdout: ``{"addr": ...}`` once listening, then ``{"times": [...], ...}`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import sys
+import time
+
+import trio
+from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
+from distro_node.protocol.host import HostConfig, open_host
+from distro_node.protocol.store import PayloadStore
+from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig, fetch_payload
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+
+RUN = bytes(32)
+ANN = struct.Struct(">BQ32s")  # kind, step, sha256
+KIND_PAYLOAD, KIND_DONE = 1, 2
+WAIT_S = 120.0  # bound on any single wait (setup, a round, the barrier)
+
+
+class Inbox:
+    """Announcements by (kind, step), with an event that fires on every arrival (no polling)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, int], dict[ID, bytes]] = {}
+        self.changed = trio.Event()
+
+    async def pump(self, gossip: AnnouncementChannel) -> None:
+        async for msg in gossip:
+            if len(msg.data) != ANN.size:
+                continue
+            kind, step, digest = ANN.unpack(msg.data)
+            self.seen.setdefault((kind, step), {})[msg.sender] = digest
+            self.changed.set()
+            self.changed = trio.Event()
+
+    async def wait_count(self, kind: int, step: int, count: int) -> dict[ID, bytes]:
+        with trio.fail_after(WAIT_S):
+            while len(self.seen.get((kind, step), {})) < count:
+                await self.changed.wait()
+        return self.seen[(kind, step)]
+
+
+async def _round(host: object, gossip: AnnouncementChannel, inbox: Inbox, store: PayloadStore,
+                 xfer: TransferConfig, step: int, peers: int, size: int) -> float:
+    digest = store.put(step, os.urandom(size))
+    t0 = time.perf_counter()
+    await gossip.publish(ANN.pack(KIND_PAYLOAD, step, digest))
+
+    async def pull(sender: ID, want: bytes) -> None:
+        await fetch_payload(host, PayloadRequest(RUN, step, want), [sender], store=store,  # type: ignore[arg-type]
+                            config=xfer, expected_size=size)
+
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as pulls:
+            started: set[ID] = set()
+            while len(started) < peers - 1:
+                for sender, want in list(inbox.seen.get((KIND_PAYLOAD, step), {}).items()):
+                    if sender not in started:
+                        started.add(sender)
+                        pulls.start_soon(pull, sender, want)
+                if len(started) < peers - 1:
+                    await inbox.changed.wait()
+    return time.perf_counter() - t0
+
+
+async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None) -> int:
+    cfg = HostConfig(px_interval=0.5, dial_timeout=20.0, px_timeout=10.0)
+    xfer = TransferConfig(max_payload_bytes=max(size, 1), attempt_timeout=60.0)
+    async with open_host(create_new_key_pair(), cfg) as host, open_gossip(host, RUN) as gossip:
+        store = PayloadStore(RUN, window_steps=3)
+        PayloadServer(host, store, xfer).install()
+        print(json.dumps({"addr": str(host.addrs()[0])}), flush=True)
+        if bootstrap:
+            await host.bootstrap([bootstrap])
+        await host.wait_for_peers(peers - 1, timeout=WAIT_S)
+        await gossip.wait_for_subscribers(host.connected_peers(), timeout=WAIT_S)
+        inbox = Inbox()
+        times: list[float] = []
+        rc = 0
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(inbox.pump, gossip)
+            try:
+                for step in range(rounds):
+                    times.append(await _round(host, gossip, inbox, store, xfer, step, peers, size))
+                    # Barrier: everyone holds everything of this round before anyone starts the next, and
+                    # nobody leaves while others may still fetch from it.
+                    await gossip.publish(ANN.pack(KIND_DONE, step, bytes(32)))
+                    await inbox.wait_count(KIND_DONE, step, peers - 1)
+            except trio.TooSlowError:
+                rc = 2
+            nursery.cancel_scope.cancel()
+        print(json.dumps({"times": times, "timed_out": rc != 0}), flush=True)
+        return rc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--peers", type=int, required=True)
+    ap.add_argument("--rounds", type=int, required=True)
+    ap.add_argument("--size", type=int, required=True)
+    ap.add_argument("--bootstrap", default=None)
+    args = ap.parse_args()
+    return trio.run(peer_main, args.peers, args.rounds, args.size, args.bootstrap)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
