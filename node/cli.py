@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from distro_node import __version__
 
-from . import cli_doctor, cli_init, cli_join, cli_simulate, cli_status
+from . import cli_doctor, cli_init, cli_join, cli_simulate, cli_status, cli_swarm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     cli_simulate.add_parser(sub)
     cli_join.add_parser(sub)
+    cli_swarm.add_parser(sub)
     cli_init.add_parser(sub)
     cli_doctor.add_parser(sub)
     cli_status.add_parser(sub)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
-from distro_node.protocol.addrs import split_peer_addr
-from distro_node.protocol.errors import TransportError
-
-from .cli_simulate import DEMO_DISTRO_LR, STRATEGIES
-from .peer.manifest import RoundSettings, RunManifest
+from .cli_common import UsageError
+from .cli_simulate import STRATEGIES
+from .peer.manifest import RoundSettings
 from .peer.output import FORMATS
+from .peer.settings import DEMO_DISTRO_LR, founder_manifest, load_join_settings
 from .presets import PRESETS
 
 
@@ -27,36 +27,59 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "the current round is finished and a goodbye is sent so nobody waits for this peer."
         ),
     )
+    p.add_argument("--config", type=Path, default=None,
+                   help="node config file (TOML, see `distro-node init`); default $DISTRO_NODE_CONFIG. "
+                        "Layers: file < DISTRO_NODE_* environment < these flags")
     net = p.add_argument_group("network")
-    net.add_argument("--bootstrap", action="append", default=[], metavar="MULTIADDR",
+    net.add_argument("--bootstrap", action="append", default=None, metavar="MULTIADDR",
                      help="a peer of the run to join, e.g. /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo... "
-                          "(repeat for fallbacks); omit to found a new run")
+                          "(repeat for fallbacks); omit to found a new run [network.bootstrap]")
     net.add_argument("--run-id", default=None, metavar="HEX",
                      help="expected run id (sha256 of the manifest, printed by the founder): refuse a "
                           "bootstrap peer that serves another run")
-    net.add_argument("--listen", action="append", default=[], metavar="MULTIADDR",
-                     help="listen address (default /ip4/127.0.0.1/tcp/0: loopback, any free port; use "
-                          "/ip4/0.0.0.0/tcp/4001 to accept peers from other machines); repeatable")
+    net.add_argument("--listen", action="append", default=None, metavar="MULTIADDR",
+                     help="listen address (default /ip4/127.0.0.1/tcp/0 when no config sets one: loopback, "
+                          "any free port; use /ip4/0.0.0.0/tcp/4747 to accept peers from other machines); "
+                          "repeatable [network.listen]")
+    net.add_argument("--announce", action="append", default=None, metavar="MULTIADDR",
+                     help="address to advertise instead of the listen ones (NAT, containers); repeatable "
+                          "[network.announce_addrs]")
     net.add_argument("--key-file", type=Path, default=None,
-                     help="ed25519 identity key file, created if missing (default: DATA_DIR/node.key with "
-                          "--data-dir, else a fresh identity per process)")
+                     help="ed25519 identity key file, created if missing (default: DATA_DIR/identity.key "
+                          "with a data dir, else a fresh identity per process) [network.key_file]")
     net.add_argument("--data-dir", type=Path, default=None,
-                     help="directory for this node's persistent files (identity key)")
+                     help="directory for this node's persistent files: identity key, checkpoints "
+                          "(default: none when no config sets data_dir) [data_dir]")
+    obs = p.add_argument_group("metrics and checkpoints")
+    obs.add_argument("--metrics-host", default=None, help="bind address of /metrics [metrics.host]")
+    obs.add_argument("--metrics-port", type=int, default=None,
+                     help="port of /metrics; 0 = any free port, printed at start (default 0 when no config "
+                          "sets one) [metrics.port]")
+    obs.add_argument("--no-metrics", action="store_true", help="do not serve /metrics [metrics.enabled]")
+    obs.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS",
+                     help="save a checkpoint every N steps (and on exit) under DATA_DIR/checkpoints "
+                          "[checkpoint.every_steps]")
     run = p.add_argument_group("run (founders only; joiners take these from the run manifest)")
-    run.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model preset (default tiny)")
-    run.add_argument("--strategy", default="distro", choices=STRATEGIES, help="optimizer (default distro)")
+    run.add_argument("--preset", default=None, choices=list(PRESETS), help="model preset (default tiny) "
+                                                                         "[run.model]")
+    run.add_argument("--strategy", default=None, choices=STRATEGIES, help="optimizer (default distro) "
+                                                                        "[run.strategy]")
     run.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the strategy's; "
-                                                            f"DisTrO on presets: {DEMO_DISTRO_LR})")
+                                                            f"DisTrO: {DEMO_DISTRO_LR}) "
+                                                            "[run.strategy_settings.schedule.lr]")
     run.add_argument("--topk", type=int, default=None, help="DisTrO: coefficients kept per chunk")
     run.add_argument("--values", default=None, choices=("fp32", "bf16", "int8", "1bit"),
                      help="DisTrO: value coding on the wire")
-    run.add_argument("--batch-size", type=int, default=4, help="sequences per peer per step (default 4)")
-    run.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
-    run.add_argument("--seed", type=int, default=0, help="model init seed (default 0)")
-    run.add_argument("--data-seed", type=int, default=0, help="embedded dataset seed (default 0)")
-    run.add_argument("--round-timeout", type=float, default=10.0,
+    run.add_argument("--batch-size", type=int, default=None,
+                     help="sequences per peer per step (default 4) [run.batch_size]")
+    run.add_argument("--seq-len", type=int, default=None,
+                     help="tokens per sequence (default 32) [run.seq_len]")
+    run.add_argument("--seed", type=int, default=None, help="model init seed (default 0) [run.seed]")
+    run.add_argument("--data-seed", type=int, default=None, help="embedded dataset seed (default 0) "
+                                                                 "[run.data.seed]")
+    run.add_argument("--round-timeout", type=float, default=None,
                      help="seconds a round collects payloads before closing without missing peers "
-                          "(default 10)")
+                          "(default 10) [network.round_deadline_seconds]")
     run.add_argument("--leader-timeout", type=float, default=2.0,
                      help="seconds before the next leader takes over a round whose leader is silent "
                           "(default 2)")
@@ -78,52 +101,57 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_join)
 
 
-def _manifest(args: argparse.Namespace) -> RunManifest:
-    settings: dict[str, object] = {}
-    if args.lr is not None:
-        settings["schedule"] = {"lr": args.lr}
-    elif args.strategy == "distro":
-        settings["schedule"] = {"lr": DEMO_DISTRO_LR}
-    if args.strategy == "distro":
-        if args.topk is not None:
-            settings["topk"] = args.topk
-        if args.values is not None:
-            settings["value_codec"] = args.values
-    elif args.topk is not None or args.values is not None:
-        raise ValueError("--topk and --values apply to --strategy distro only")
-    rounds = RoundSettings(round_timeout=args.round_timeout, leader_timeout=args.leader_timeout,
-                           liveness_timeout=args.liveness_timeout, warmup_rounds=args.warmup_rounds)
-    return RunManifest.found(preset=args.preset, strategy=args.strategy, settings=settings,
-                             batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
-                             data_seed=args.data_seed, rounds=rounds)
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags as dotted config fields (None: not given, so lower layers show through)."""
+    def tup(values: list[str] | None) -> tuple[str, ...] | None:
+        return tuple(values) if values else None
+
+    return {
+        "data_dir": args.data_dir,
+        "network.bootstrap": tup(args.bootstrap),
+        "network.listen": tup(args.listen),
+        "network.announce_addrs": tup(args.announce),
+        "network.key_file": args.key_file,
+        "network.round_deadline_seconds": args.round_timeout,
+        "metrics.host": args.metrics_host,
+        "metrics.port": args.metrics_port,
+        "metrics.enabled": False if args.no_metrics else None,
+        "checkpoint.every_steps": args.checkpoint_every,
+        "run.model": args.preset,
+        "run.strategy": args.strategy,
+        "run.batch_size": args.batch_size,
+        "run.seq_len": args.seq_len,
+        "run.seed": args.seed,
+        "run.data.seed": args.data_seed,
+        "run.strategy_settings.schedule.lr": args.lr,
+        "run.strategy_settings.topk": args.topk,
+        "run.strategy_settings.value_codec": args.values,
+    }
 
 
 def _check(args: argparse.Namespace) -> bytes | None:
     for name in ("steps", "genesis_peers", "threads", "warmup_rounds"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    for name in ("round_timeout", "leader_timeout", "liveness_timeout"):
+            raise UsageError(f"--{name.replace('_', '-')}", f"must be >= 1, got {value}")
+    for name in ("leader_timeout", "liveness_timeout"):
         if not getattr(args, name) > 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be > 0")
-    for addr in args.bootstrap:
-        try:
-            split_peer_addr(addr)
-        except TransportError as exc:
-            raise ValueError(f"--bootstrap: {exc}") from None
+            raise UsageError(f"--{name.replace('_', '-')}", "must be > 0")
     if args.run_id is None:
         return None
     try:
         run_id = bytes.fromhex(args.run_id)
     except ValueError:
-        raise ValueError("--run-id must be 64 hex characters") from None
+        raise UsageError("--run-id", "must be 64 hex characters") from None
     if len(run_id) != 32:
-        raise ValueError("--run-id must be 64 hex characters")
+        raise UsageError("--run-id", "must be 64 hex characters")
     return run_id
 
 
 def run_join(args: argparse.Namespace) -> int:
     expected = _check(args)
+    settings = load_join_settings(args.config, _flags(args))
+    cfg = settings.config
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import logging
 
@@ -134,20 +162,29 @@ def run_join(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     logging.getLogger("libp2p").setLevel(logging.ERROR)
-    key_file = args.key_file
-    if key_file is None and args.data_dir is not None:
-        args.data_dir.mkdir(parents=True, exist_ok=True)
-        key_file = args.data_dir / "node.key"
+    for directory in (settings.data_dir, settings.key_file.parent if settings.key_file else None):
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+    rounds = RoundSettings(round_timeout=cfg.network.round_deadline_seconds,
+                           leader_timeout=args.leader_timeout, liveness_timeout=args.liveness_timeout,
+                           warmup_rounds=args.warmup_rounds)
+    bootstrap = cfg.network.bootstrap
     options = PeerOptions(
-        manifest=None if args.bootstrap else _manifest(args),
-        bootstrap=tuple(args.bootstrap),
+        manifest=None if bootstrap else founder_manifest(settings, rounds),
+        bootstrap=bootstrap,
         expected_run_id=expected,
-        listen=tuple(args.listen) or ("/ip4/127.0.0.1/tcp/0",),
-        key_file=key_file,
-        data_dir=args.data_dir,
+        listen=cfg.network.listen,
+        announce=cfg.network.announce_addrs,
+        key_file=settings.key_file,
+        data_dir=settings.data_dir,
         steps=args.steps,
         genesis_peers=args.genesis_peers,
         log_format=args.log_format,
+        metrics_host=cfg.metrics.host if cfg.metrics.enabled else None,
+        metrics_port=cfg.metrics.port,
+        checkpoint_dir=settings.checkpoint_dir,
+        checkpoint_every=cfg.checkpoint.every_steps,
+        checkpoint_keep=cfg.checkpoint.keep_last,
     )
     try:
         return trio.run(PeerNode(options).run)

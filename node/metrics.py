@@ -110,6 +110,9 @@ class NodeMetrics:
             f"{PREFIX}_bandwidth_reduction_ratio",
             "Dense bf16 gradient bytes divided by the payload bytes actually sent", registry=r,
         )
+        self._last_step = Gauge(
+            f"{PREFIX}_last_step_duration_seconds", "Wall time of the last completed step", registry=r
+        )
         self._rounds = Counter(
             f"{PREFIX}_rounds", "Rounds closed, by outcome", ["outcome"], registry=r
         )
@@ -154,6 +157,11 @@ class NodeMetrics:
         self._sent.inc(_count("sent_bytes", sent_bytes))
         self._received.inc(_count("received_bytes", received_bytes))
         self._tokens.inc(_count("tokens", tokens))
+
+    def last_step_seconds(self, seconds: float) -> None:
+        """The newest step's wall time as a gauge: the histogram gives rates and quantiles, this gives the
+        "how slow is it right now" a status line or a single-stat panel shows."""
+        self._last_step.set(_seconds("seconds", seconds))
 
     def set_peers(self, count: int) -> None:
         self._peers.set(_count("peers", count))

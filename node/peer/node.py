@@ -62,9 +62,13 @@ from distro_node.protocol.transfer import PayloadRequest, PayloadServer, Transfe
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
+from ..checkpoint import CheckpointError, CheckpointStore
+from . import checkpointing
+from .checkpointing import Resume
 from .manifest import RunManifest, payload_cap
 from .output import Output, step_text
 from .state_sync import JoinError, sync_from_swarm
+from .telemetry import Telemetry
 from .trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -83,6 +87,7 @@ class PeerOptions:
     bootstrap: tuple[str, ...] = ()
     expected_run_id: bytes | None = None
     listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
+    announce: tuple[str, ...] = ()  # advertised instead of the bound addresses (NAT, containers)
     key_file: Path | None = None
     data_dir: Path | None = None
     steps: int | None = None  # stop (gracefully) after applying this many steps in total
@@ -93,6 +98,11 @@ class PeerOptions:
     leave_budget: float = 4.0  # seconds a leaving peer may spend finishing its current round
     linger: float = 1.0  # seconds a leaving peer keeps serving payloads after its goodbye
     max_state_bytes: int = 1 << 30
+    metrics_host: str | None = None  # None: no /metrics endpoint
+    metrics_port: int = 0
+    checkpoint_dir: Path | None = None  # None: no checkpoints (and no resume)
+    checkpoint_every: int = 100
+    checkpoint_keep: int = 3
 
 
 class _CountingStore:
@@ -137,6 +147,11 @@ class PeerNode:
         self._compute_limit = trio.CapacityLimiter(1)
         self._decode_limit = trio.CapacityLimiter(1)
         self._outbox_send, self._outbox_recv = trio.open_memory_channel[bytes](1024)
+        self.telemetry: Telemetry | None = None
+        self._resume: Resume | None = None
+        self._ckpt_store = (CheckpointStore(options.checkpoint_dir, keep_last=options.checkpoint_keep)
+                            if options.checkpoint_dir is not None else None)
+        self._saved_step = -1
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -149,13 +164,36 @@ class PeerNode:
         except PeerError as exc:
             self.out.emit("error", f"error: {exc}", reason=str(exc))
             return 1
-        async with open_host(key, host_cfg) as host:
+        try:
+            return await self._run_host(key, host_cfg, manifest_bytes)
+        finally:
+            if self.telemetry is not None:
+                self.telemetry.stop()
+
+    async def _run_host(self, key: object, host_cfg: HostConfig, manifest_bytes: bytes) -> int:
+        opts = self.opts
+        async with open_host(key, host_cfg) as host:  # type: ignore[arg-type]
             self.host = host
             self.self_id = str(host.peer_id)
             self.manifest = RunManifest.from_bytes(manifest_bytes)
             self.run_id = self.manifest.run_id()
             install_manifest_server(host, manifest_bytes)
             self.trainer = await trio.to_thread.run_sync(Trainer, self.manifest, self.self_id)
+            if self._resume is not None:
+                try:
+                    await trio.to_thread.run_sync(checkpointing.restore, self.trainer, self._resume)
+                except CheckpointError as exc:
+                    self.out.emit("error", f"error: cannot resume: {exc}", reason=str(exc))
+                    return 1
+            if opts.metrics_host is not None:
+                try:
+                    self.telemetry = Telemetry(opts.metrics_host, opts.metrics_port,
+                                               self.trainer.dense_bf16_bytes(),
+                                               self.manifest.batch_size * self.manifest.seq_len)
+                except OSError as exc:
+                    self.out.emit("error", f"error: metrics.port: cannot serve /metrics on "
+                                  f"{opts.metrics_host}:{opts.metrics_port}: {exc}", reason=str(exc))
+                    return 1
             cap = payload_cap(self.trainer.spec)
             self.round_config = self.manifest.round_config(cap)
             window = self.round_config.history_steps + self.round_config.max_future_steps + 2
@@ -196,6 +234,12 @@ class PeerNode:
         up, and a peer that met no pubsub handler on our side never retries, so we would hear no gossip.
         """
         if self.opts.manifest is not None:
+            if self._ckpt_store is not None and self.opts.checkpoint_dir is not None:
+                self._resume, why = checkpointing.find_resume(self.opts.checkpoint_dir, self.opts.manifest)
+                if self._resume is not None:
+                    self.out.emit("resume", why, step=self._resume.step,
+                                  run_id=self._resume.manifest.run_id().hex())
+                    return self._resume.manifest.to_bytes()
             return self.opts.manifest.to_bytes()
         if not self.opts.bootstrap:
             raise PeerError("a joiner needs --bootstrap (or found a run without it)")
@@ -210,20 +254,23 @@ class PeerNode:
                 raise PeerError(f"cannot get the run manifest from {peer}: {exc}") from exc
 
     def _emit_listening(self, host: P2PHost) -> None:
-        addrs = [str(a) for a in host.addrs()]
+        addrs = [f"{a}/p2p/{self.self_id}" for a in self.opts.announce] or [str(a) for a in host.addrs()]
+        metrics_url = self.telemetry.url if self.telemetry is not None else None
         command = f"distro-node join --bootstrap {addrs[0]} --run-id {self.run_id.hex()}"
         m = self.manifest
         self.out.emit(
             "listening",
             f"peer {self.self_id}\n  run {self.run_id.hex()} ({m.preset}, {m.strategy}, batch "
             f"{m.batch_size}x{m.seq_len})\n  listening on {', '.join(addrs)}\n"
-            f"  others join with:\n    {command}",
+            f"  others join with:\n    {command}" + (f"\n  metrics at {metrics_url}" if metrics_url else ""),
             peer_id=self.self_id, addrs=addrs, run_id=self.run_id.hex(), join_command=command,
-            founder=self.founder,
+            founder=self.founder, metrics_url=metrics_url,
         )
 
     async def _start_state(self) -> SyncState:
         """Founders wait for their genesis cohort; joiners sync from the swarm (genesis or mid-run)."""
+        if self.founder and self._resume is not None:
+            return await self._resumed_state(self._resume)
         if self.founder:
             self._cohort.add(self.self_id)
             if len(self._cohort) >= self.opts.genesis_peers:
@@ -251,6 +298,19 @@ class PeerNode:
                       genesis=how == "genesis", roster=len(state.roster), how=how,
                       weights_hash=self.trainer.weights_hash.hex())
         return state
+
+    async def _resumed_state(self, resume: Resume) -> SyncState:
+        """A founder back from its checkpoint restarts the run alone at the saved step; everyone else joins
+        mid-run and syncs from it (the usual verified path: the founder is the whole active roster)."""
+        self._cohort = {self.self_id}
+        self._cohort_ready.set()
+        heldout = await trio.to_thread.run_sync(self.trainer.heldout_loss, limiter=self._compute_limit)
+        self._saved_step = resume.step
+        self.out.emit("joined", f"resumed the run at step {resume.step} from {resume.checkpoint.path.name} "
+                      f"(held-out loss {heldout:.4f})", step=resume.step, genesis=False, roster=1,
+                      how="checkpoint", resumed=True, heldout_loss=heldout,
+                      weights_hash=self.trainer.weights_hash.hex())
+        return SyncState(resume.step, Roster.genesis([self.self_id]))
 
     async def _wait_heard(self, peers: set[str], timeout: float) -> None:
         """Until gossip from every one of ``peers`` reached us: then our mesh links exist both ways and
@@ -408,6 +468,8 @@ class PeerNode:
         except PayloadError as exc:
             self.out.emit("rejected", f"payload of {a.peer_id[-8:]} step {a.step} rejected: {exc.reason}",
                           peer=a.peer_id, step=a.step, reason=exc.reason)
+            if self.telemetry is not None:
+                self.telemetry.rejected(exc.reason)
             self._handle(m.on_payload_invalid(a.step, a.peer_id, a.payload_hash, trio.current_time()))
             return
         self._decoded[key] = payload
@@ -505,7 +567,33 @@ class PeerNode:
             row = await self._step(s)
             if row is None:
                 break  # abandoned (stop requested and the round did not close in time)
+            if row and self._applied % self.opts.checkpoint_every == 0:
+                await self._checkpoint("periodic")
+        await self._checkpoint("exit")
         await self._leave()
+
+    async def _checkpoint(self, why: str) -> None:
+        """Save the state at our current step boundary (once per boundary). A failed save is reported and
+        training goes on: a full disk must not take the swarm's peer down with it."""
+        store = self._ckpt_store
+        step = self._applied
+        if store is None or step <= self._saved_step or step == 0:
+            return
+        t0 = time.perf_counter()
+        try:
+            path, heldout = await trio.to_thread.run_sync(checkpointing.save, store, self.trainer, step,
+                                                          limiter=self._compute_limit)
+        except (CheckpointError, OSError) as exc:
+            self.out.emit("checkpoint_failed", f"checkpoint at step {step} failed: {exc}", step=step,
+                          reason=str(exc))
+            return
+        self._saved_step = step
+        if self.telemetry is not None:
+            self.telemetry.checkpoint_saved(time.time())
+        self.out.emit("checkpoint", f"checkpoint {path.name} ({why}, held-out loss {heldout:.4f})",
+                      step=step, path=str(path), why=why, heldout_loss=heldout,
+                      seconds=round(time.perf_counter() - t0, 3),
+                      weights_hash=self.trainer.weights_hash.hex())
 
     def _should_stay_for(self, step: int) -> bool:
         """A leaver that would lead the next round stays for it: an absent epoch-0 leader costs every other
@@ -523,10 +611,13 @@ class PeerNode:
         t_start = trio.current_time()
         loss: float | None = None
         phases: dict[str, float] = {}
+        own_hash: bytes | None = None
+        payload_bytes = 0
         if m.next_step <= s:
             done = await trio.to_thread.run_sync(self.trainer.compute, s, limiter=self._compute_limit)
             phases.update(done.seconds)
             loss = done.loss
+            own_hash = done.weights_hash
             if done.data is not None:
                 t0 = time.perf_counter()
                 digest = self.store.put(s, done.data)
@@ -535,6 +626,9 @@ class PeerNode:
                 self._decoded[(s, self.self_id, digest)] = payload
                 phases["codec"] = time.perf_counter() - t0
                 ann = Announcement(self.run_id, s, self.self_id, digest, len(done.data), done.weights_hash)
+                payload_bytes = len(done.data)
+                if self.telemetry is not None:
+                    self.telemetry.payload_sent(payload_bytes)
                 self._publish(ann)
                 self._handle(m.on_local_announcement(ann, trio.current_time()))
         t_announced = trio.current_time()
@@ -568,11 +662,25 @@ class PeerNode:
             "self_included": any(p == self.self_id for p, _ in lst.entries),
             "warming": len(lst.warming), "leader": lst.leader, "epoch": lst.epoch,
             "sent_bytes": self._served.bytes_out, "recv_bytes": self.recv_bytes,
+            "payload_bytes": payload_bytes,
             "round_s": round(t_decided - t_announced, 4), "step_s": round(trio.current_time() - t_start, 4),
             "phases": {k: round(v, 4) for k, v in phases.items()}, "weights_hash": new_hash.hex(),
         }
+        if self.telemetry is not None:
+            self._observe(s, loss, phases, row, own_hash=own_hash)
         self.out.emit("step", step_text(row), **row)
         return row
+
+    def _observe(self, s: int, loss: float | None, phases: dict[str, float], row: dict[str, object],
+                 own_hash: bytes | None) -> None:
+        t = self.telemetry
+        if t is None:
+            return
+        included, roster = int(row["included"]), int(row["roster"])  # type: ignore[call-overload]
+        t.step(s, loss, phases, sent_total=self._served.bytes_out, received_total=self.recv_bytes,
+               step_seconds=float(row["step_s"]), peers=roster,  # type: ignore[arg-type]
+               complete=included >= roster)
+        t.agreement(self._announced.get(s, {}), own_hash, self.self_id)
 
     async def _do_resync(self) -> None:
         request, self._resync = self._resync, None

@@ -33,6 +33,7 @@ from .snapshot_io import (
 )
 
 GRAD_CLIP = 1.0
+HELDOUT_PEER = "heldout"
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,24 @@ class Trainer:
         self.strategy.apply(step, payloads)
         self._weights_hash = self._hash()
         return self._weights_hash
+
+    def refresh_hash(self) -> bytes:
+        """Recompute the weights hash after the model was changed from outside (checkpoint restore)."""
+        self._weights_hash = self._hash()
+        return self._weights_hash
+
+    def heldout_loss(self) -> float:
+        """Loss on a fixed batch no training peer ever draws (peer name "heldout" is not a peer id), so a
+        value logged before a stop and after a resume measures the same weights on the same tokens."""
+        m = self.manifest
+        inputs, targets = sample_batch(self.source, run_id=self.run_id, step=0, peer=HELDOUT_PEER,
+                                       batch_size=m.batch_size, seq_len=m.seq_len)
+        with torch.no_grad():
+            return float(next_token_loss(self.model(inputs), targets))
+
+    def dense_bf16_bytes(self) -> int:
+        """What a dense all-reduce of the gradient would send per step in bf16: the reduction's baseline."""
+        return 2 * sum(p.numel() for p in self.model.parameters())
 
     def snapshot_parts(self) -> dict[str, bytes]:
         return {"weights": weights_to_bytes(self.model), "optim": optim_to_bytes(self.strategy.state_dict())}

@@ -1,0 +1,104 @@
+"""How `distro-node join` turns its three config layers into the daemon's settings.
+
+Layers: config file (``--config`` / ``$DISTRO_NODE_CONFIG``) < ``DISTRO_NODE_*`` environment < flags, through
+``node.config.load_config`` so every bad value is a ``ConfigLoadError`` naming its dotted field.
+
+Why a fourth, lowest layer (``LOCAL_DEFAULTS``): the node config's defaults describe a production daemon
+(listen on 0.0.0.0:4747, metrics on 9400, identity under ~/.distro-node). `join` run by hand or by tests
+without any config must keep working as it always did: several peers on one machine, each on loopback with a
+free port, a fresh identity, and nothing written to the home directory. So a field that no layer sets falls
+back to the local default below; a field set anywhere (file, env, flag) is honoured as set. ``data_dir``
+follows the same rule: unset means "no persistent state" (no identity file, no checkpoints).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from distro_node.optimizer.config import ScheduleConfig
+
+from ..config import ConfigFieldError, NodeConfig, load_config
+from ..config_sources import read_env, read_toml, sources
+from .manifest import RoundSettings, RunManifest
+
+# Fields no layer set take these values (see the module docstring for why).
+LOCAL_DEFAULTS: dict[str, Any] = {
+    "network.listen": ("/ip4/127.0.0.1/tcp/0",),
+    "network.round_deadline_seconds": 10.0,
+    "metrics.port": 0,
+    "run.batch_size": 4,
+    "run.seq_len": 32,
+}
+# Sign updates on the small presets want a far larger step than the optimizer's 1.2B default
+# (node/cli_simulate.py DEMO_DISTRO_LR); used when no layer sets a DisTrO learning rate.
+DEMO_DISTRO_LR = 3e-3
+
+
+@dataclass(frozen=True)
+class JoinSettings:
+    """The loaded config plus what join derives from it."""
+
+    config: NodeConfig
+    explicit: frozenset[str]  # dotted fields some layer set
+    data_dir: Path | None  # None: no persistent state
+    key_file: Path | None  # None: a fresh identity per process
+    checkpoint_dir: Path | None  # None: checkpoints off
+
+
+def explicit_fields(path: Path | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> frozenset[str]:
+    """Dotted names of every field the file, the environment or a (non-None) flag sets."""
+    names: set[str] = set()
+    if path is not None:
+        try:
+            names |= set(sources(read_toml(path)))
+        except ValueError:
+            pass  # load_config reports the file error itself, with its line number
+    names |= set(sources(read_env(env)))
+    names |= {k for k, v in flags.items() if v is not None}
+    return frozenset(names)
+
+
+def load_join_settings(
+    path: Path | None, flags: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> JoinSettings:
+    """Load and validate; raises ``ConfigLoadError`` (a ValueError: exit 2) naming the field."""
+    env = os.environ if env is None else env
+    if path is None and env.get("DISTRO_NODE_CONFIG"):
+        path = Path(env["DISTRO_NODE_CONFIG"])
+    explicit = explicit_fields(path, env, flags)
+    layered = {k: v for k, v in LOCAL_DEFAULTS.items() if k not in explicit}
+    layered.update({k: v for k, v in flags.items() if v is not None})
+    config = load_config(path, env=env, flags=layered)
+    data_dir = config.data_dir.expanduser() if "data_dir" in explicit else None
+    key_file = config.key_file if data_dir is not None or "network.key_file" in explicit else None
+    checkpoint_dir: Path | None = None
+    if config.checkpoint.enabled and (data_dir is not None or "checkpoint.dir" in explicit):
+        checkpoint_dir = config.checkpoint_dir
+    return JoinSettings(config, explicit, data_dir, key_file, checkpoint_dir)
+
+
+def founder_manifest(settings: JoinSettings, rounds: RoundSettings) -> RunManifest:
+    """The manifest a founder creates from the ``[run]`` table.
+
+    The strategy settings go into the manifest only when some layer set them (so a run's id does not change
+    with every new optimizer default); a DisTrO run without a learning rate gets ``DEMO_DISTRO_LR``.
+    """
+    run = settings.config.run
+    strategy_settings: dict[str, Any] = {}
+    if any(name.startswith("run.strategy_settings") for name in settings.explicit):
+        strategy_settings = asdict(run.strategy_settings) if run.strategy_settings is not None else {}
+    if run.strategy == "distro" and not any(
+        name.startswith("run.strategy_settings.schedule") for name in settings.explicit
+    ):
+        schedule = dict(strategy_settings.get("schedule") or asdict(ScheduleConfig()))
+        schedule["lr"] = DEMO_DISTRO_LR
+        strategy_settings["schedule"] = schedule
+    if run.data.kind != "embedded":
+        raise ConfigFieldError("run.data.kind", "join trains on the embedded dataset only for now")
+    return RunManifest.found(preset=run.model, strategy=run.strategy, settings=strategy_settings,
+                             batch_size=run.batch_size, seq_len=run.seq_len, seed=run.seed,
+                             data_seed=run.data.seed, rounds=rounds)

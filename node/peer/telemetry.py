@@ -1,0 +1,88 @@
+"""The peer's Prometheus side: owns the ``NodeMetrics`` registry and the ``/metrics`` server of one `join`.
+
+Why a separate object: the node's loop reports facts in its own vocabulary (its step row, a rejected
+payload, a penalty, the announcements of a round); this class translates them into the metric contract of
+``node/metrics.py`` (fixed phase names, per-step byte deltas, ratios) so node.py stays about the protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..metrics import PHASES, MetricsServer, NodeMetrics
+
+# The node's phase names -> the metric's fixed phase labels. "codec" (storing and decoding our own payload)
+# is preparation of what we send; "round" is waiting for the swarm's decision, i.e. the exchange.
+_PHASE_MAP = {"compute": "compute", "prepare": "prepare", "codec": "prepare", "apply": "apply",
+              "round": "exchange", "checkpoint": "checkpoint", "sync": "sync", "data": "data"}
+
+
+class Telemetry:
+    def __init__(self, host: str, port: int, dense_bf16_bytes: int, tokens_per_step: int) -> None:
+        self.metrics = NodeMetrics()
+        self.server = MetricsServer(self.metrics.registry, host=host, port=port).start()
+        self.dense_bf16_bytes = dense_bf16_bytes
+        self.tokens_per_step = tokens_per_step
+        self._sent = 0
+        self._received = 0
+        self._last_loss = float("nan")
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def step(
+        self,
+        step: int,
+        loss: float | None,
+        phases: Mapping[str, float],
+        *,
+        sent_total: int,
+        received_total: int,
+        step_seconds: float,
+        peers: int,
+        complete: bool,
+    ) -> None:
+        """One applied step. Byte counters are cumulative in the node; the metric wants increments."""
+        merged: dict[str, float] = {}
+        for name, seconds in phases.items():
+            label = _PHASE_MAP.get(name)
+            if label in PHASES:
+                merged[label] = merged.get(label, 0.0) + max(0.0, seconds)
+        m = self.metrics
+        sent, received = max(0, sent_total - self._sent), max(0, received_total - self._received)
+        self._sent, self._received = max(self._sent, sent_total), max(self._received, received_total)
+        # A step we applied without computing (catching up) has no loss of ours: repeat the last one, since
+        # a NaN here would read as divergence on the dashboard.
+        if loss is not None:
+            self._last_loss = loss
+        m.observe_step(step, self._last_loss, merged, sent, received, step_seconds=max(0.0, step_seconds),
+                       tokens=self.tokens_per_step if loss is not None else 0)
+        m.set_peers(peers)
+        m.round_closed("complete" if complete else "deadline")
+        m.last_step_seconds(step_seconds)
+
+    def payload_sent(self, payload_bytes: int) -> None:
+        if payload_bytes > 0:
+            self.metrics.bandwidth_reduction(self.dense_bf16_bytes, payload_bytes)
+
+    def agreement(self, by_hash: Mapping[bytes, set[str]], own: bytes | None, self_id: str) -> None:
+        """Weights hash agreement of a round from its signed announcements (ours included)."""
+        voters: dict[bytes, set[str]] = {h: set(peers) for h, peers in by_hash.items()}
+        if own is not None:
+            voters.setdefault(own, set()).add(self_id)
+        total = len(set().union(*voters.values())) if voters else 0
+        if total:
+            self.metrics.weights_agreement(max(len(v) for v in voters.values()), total)
+
+    def rejected(self, reason: str) -> None:
+        self.metrics.rejected(reason)
+
+    def banned(self) -> None:
+        self.metrics.peer_banned()
+
+    def checkpoint_saved(self, unix_time: float) -> None:
+        self.metrics.checkpoint_saved(unix_time)
+
+    def stop(self) -> None:
+        self.server.stop()
