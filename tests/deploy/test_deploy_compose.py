@@ -76,7 +76,9 @@ def test_services_and_the_scaling_contract(compose: dict[str, Any]) -> None:
     assert node["depends_on"]["seed"]["condition"] == "service_healthy"
     for name in ("seed", "node"):
         assert services[name]["build"] == {"context": "..", "dockerfile": "docker/Dockerfile"}
-        assert services[name]["command"] == ["join"]
+    assert node["command"] == ["join"]
+    # The seed founds the run and waits for a genesis cohort, so the first replicas start together.
+    assert services["seed"]["command"][:1] == ["join"] and "--genesis-peers" in services["seed"]["command"]
 
 
 def test_seed_identity_is_the_peer_id_nodes_bootstrap_from(compose: dict[str, Any]) -> None:
