@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/distro-node simulate --peers 4 --steps 150
+	$(VENV)/bin/distro-node swarm --peers 4
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
