@@ -18,6 +18,7 @@ import os
 import struct
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 import trio
 from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
@@ -31,6 +32,8 @@ RUN = bytes(32)
 ANN = struct.Struct(">BQ32s")  # kind, step, sha256
 KIND_PAYLOAD, KIND_DONE = 1, 2
 WAIT_S = 120.0  # bound on any single wait (setup, a round, the barrier)
+RESEND_S = 1.0  # re-publish our announcement this often while waiting for the others'
+Resend = Callable[[], Awaitable[None]]
 
 
 class Inbox:
@@ -49,18 +52,36 @@ class Inbox:
             self.changed.set()
             self.changed = trio.Event()
 
-    async def wait_count(self, kind: int, step: int, count: int) -> dict[ID, bytes]:
+    async def wait_count(self, kind: int, step: int, count: int, resend: Resend) -> dict[ID, bytes]:
         with trio.fail_after(WAIT_S):
             while len(self.seen.get((kind, step), {})) < count:
-                await self.changed.wait()
+                await self.wait_or_resend(resend)
         return self.seen[(kind, step)]
+
+    async def wait_or_resend(self, resend: Resend) -> None:
+        """Wait for the next arrival; re-publish ours every RESEND_S meanwhile.
+
+        A message published before a peer's pubsub stream to us is up is lost for that peer (gossipsub
+        does not replay), so announcing once could leave a round waiting forever; duplicates are harmless
+        because the inbox keeps one entry per sender.
+        """
+        changed = self.changed
+        while not changed.is_set():
+            with trio.move_on_after(RESEND_S):
+                await changed.wait()
+            if not changed.is_set():
+                await resend()
 
 
 async def _round(host: object, gossip: AnnouncementChannel, inbox: Inbox, store: PayloadStore,
                  xfer: TransferConfig, step: int, peers: int, size: int) -> float:
     digest = store.put(step, os.urandom(size))
     t0 = time.perf_counter()
-    await gossip.publish(ANN.pack(KIND_PAYLOAD, step, digest))
+
+    async def announce() -> None:
+        await gossip.publish(ANN.pack(KIND_PAYLOAD, step, digest))
+
+    await announce()
 
     async def pull(sender: ID, want: bytes) -> None:
         await fetch_payload(host, PayloadRequest(RUN, step, want), [sender], store=store,  # type: ignore[arg-type]
@@ -75,7 +96,7 @@ async def _round(host: object, gossip: AnnouncementChannel, inbox: Inbox, store:
                         started.add(sender)
                         pulls.start_soon(pull, sender, want)
                 if len(started) < peers - 1:
-                    await inbox.changed.wait()
+                    await inbox.wait_or_resend(announce)
     return time.perf_counter() - t0
 
 
@@ -100,8 +121,11 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None) -
                     times.append(await _round(host, gossip, inbox, store, xfer, step, peers, size))
                     # Barrier: everyone holds everything of this round before anyone starts the next, and
                     # nobody leaves while others may still fetch from it.
-                    await gossip.publish(ANN.pack(KIND_DONE, step, bytes(32)))
-                    await inbox.wait_count(KIND_DONE, step, peers - 1)
+                    async def done(step: int = step) -> None:
+                        await gossip.publish(ANN.pack(KIND_DONE, step, bytes(32)))
+
+                    await done()
+                    await inbox.wait_count(KIND_DONE, step, peers - 1, done)
             except trio.TooSlowError:
                 rc = 2
             nursery.cancel_scope.cancel()

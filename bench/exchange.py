@@ -18,14 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
+import queue
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from _common import RESULTS_DIR, write_json
 
@@ -38,21 +39,37 @@ class BenchError(RuntimeError):
     """A configuration did not complete (a peer failed, timed out or printed no result)."""
 
 
-def _read_line(proc: subprocess.Popen[str], deadline: float) -> str:
-    """One stdout line of ``proc`` before ``deadline`` (monotonic), or BenchError: never blocks forever."""
-    if proc.stdout is None:
-        raise BenchError("child stdout not captured")
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise BenchError(f"pid {proc.pid}: no output in time")
-        ready, _, _ = select.select([proc.stdout], [], [], remaining)
-        if ready:
-            line = proc.stdout.readline()
-            if not line:
-                raise BenchError(f"pid {proc.pid} exited (rc={proc.poll()}) without a result")
+class _Lines:
+    """JSON lines of one child's stdout, read by a thread into a queue.
+
+    Not ``select`` on the pipe: a text-mode ``readline`` pulls every byte already written into Python's
+    buffer, so a second line printed right after the first would sit there unseen by ``select`` until the
+    deadline.
+    """
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        if proc.stdout is None:
+            raise BenchError("child stdout not captured")
+        self.pid = proc.pid
+        self._proc = proc
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True).start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
             if line.startswith("{"):
-                return line
+                self._queue.put(line)
+        self._queue.put(None)  # end of output
+
+    def next(self, deadline: float) -> str:
+        """The next JSON line before ``deadline`` (monotonic), or BenchError: never blocks forever."""
+        try:
+            line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise BenchError(f"pid {self.pid}: no output in time") from None
+        if line is None:
+            raise BenchError(f"pid {self.pid} exited (rc={self._proc.poll()}) without a result")
+        return line
 
 
 def _kill_all(procs: list[subprocess.Popen[str]]) -> None:
@@ -78,15 +95,17 @@ def run_config(peers: int, rounds: int, size: int, wall_s: float) -> list[list[f
     try:
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                       env=env))
-        seed = json.loads(_read_line(procs[0], deadline))["addr"]
+        readers = [_Lines(procs[0])]
+        seed = json.loads(readers[0].next(deadline))["addr"]
         for _ in range(peers - 1):
             procs.append(subprocess.Popen([*cmd, "--bootstrap", seed], stdout=subprocess.PIPE,
                                           stderr=subprocess.DEVNULL, text=True, env=env))
+            readers.append(_Lines(procs[-1]))
         per_peer: list[list[float]] = []
-        for p in procs:
-            line = _read_line(p, deadline)
+        for p, reader in zip(procs, readers, strict=True):
+            line = reader.next(deadline)
             if "addr" in line:
-                line = _read_line(p, deadline)
+                line = reader.next(deadline)
             result = json.loads(line)
             if result.get("timed_out") or len(result["times"]) != rounds:
                 raise BenchError(f"pid {p.pid} timed out after {len(result['times'])} of {rounds} rounds")

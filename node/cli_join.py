@@ -70,6 +70,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--topk", type=int, default=None, help="DisTrO: coefficients kept per chunk")
     run.add_argument("--values", default=None, choices=("fp32", "bf16", "int8", "1bit"),
                      help="DisTrO: value coding on the wire")
+    run.add_argument("--overlap", action="store_true", default=None,
+                     help="DisTrO: overlapped order: compute step s+1 while step s's payloads are exchanged "
+                          "and apply s one step late, so a step costs about max(compute, communication) "
+                          "instead of their sum; stored in the run manifest, so every peer follows it "
+                          "[run.strategy_settings.overlapped]")
     run.add_argument("--batch-size", type=int, default=None,
                      help="sequences per peer per step (default 4) [run.batch_size]")
     run.add_argument("--seq-len", type=int, default=None,
@@ -98,6 +103,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     local.add_argument("--log-format", default="text", choices=FORMATS,
                        help="text: one readable line per step; json: one JSON object per line (for tools)")
     local.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    local.add_argument("--comm-delay", type=float, default=0.0, metavar="SECONDS",
+                       help="BENCHMARK KNOB, not for real runs: hold this peer's own announcement back by "
+                            "SECONDS after its payload is ready, as if the upload took that long, to emulate "
+                            "a slow link on loopback (bench/overlap.py) (default 0)")
     p.set_defaults(func=run_join)
 
 
@@ -126,6 +135,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "run.strategy_settings.schedule.lr": args.lr,
         "run.strategy_settings.topk": args.topk,
         "run.strategy_settings.value_codec": args.values,
+        "run.strategy_settings.overlapped": True if args.overlap else None,
     }
 
 
@@ -137,6 +147,8 @@ def _check(args: argparse.Namespace) -> bytes | None:
     for name in ("leader_timeout", "liveness_timeout"):
         if not getattr(args, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')}", "must be > 0")
+    if not args.comm_delay >= 0:
+        raise UsageError("--comm-delay", f"must be >= 0 seconds, got {args.comm_delay}")
     if args.run_id is None:
         return None
     try:
@@ -185,6 +197,7 @@ def run_join(args: argparse.Namespace) -> int:
         checkpoint_dir=settings.checkpoint_dir,
         checkpoint_every=cfg.checkpoint.every_steps,
         checkpoint_keep=cfg.checkpoint.keep_last,
+        comm_delay=args.comm_delay,
     )
     try:
         return trio.run(PeerNode(options).run)

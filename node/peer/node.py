@@ -9,6 +9,16 @@ Per step s (sequential order): compute and encode our payload, store it, announc
 and the hash of the weights it was computed on), then wait until the round machine hands out
 ``ApplyInclusionList`` for s (payloads are fetched and validated as the machine asks), and apply exactly
 the listed payloads. The machine decides; this file only carries out its actions.
+
+Overlapped order (the run's DisTrO settings say ``overlapped: true``; every peer reads it from the manifest,
+so all agree): right after announcing step s, the compute of step s + 1 (pre_forward, forward/backward,
+post_backward, prepare) starts in the worker thread while the round of s (gossip, fetches, agreement) goes on
+in trio; apply(s, decided payloads of s) waits for that compute, then step s + 1 is announced at once. That is
+``optimizer/base.py``'s overlapped order (apply(s - 1, ...) after prepare(s)), so a step costs about
+max(compute, communication) instead of their sum. Weights change only in ``apply``, which every replica calls
+with the same lists in the same order, so replicas stay bit-identical whatever each one computed ahead.
+The look-ahead is skipped (one step runs in sequential order) where a step boundary must hold no prepared
+next step: before a periodic checkpoint, at the last step, once a stop is requested.
 """
 
 from __future__ import annotations
@@ -69,7 +79,7 @@ from .manifest import RunManifest, payload_cap
 from .output import Output, step_text
 from .state_sync import JoinError, sync_from_swarm
 from .telemetry import Telemetry
-from .trainer import Trainer
+from .trainer import Computed, Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +113,9 @@ class PeerOptions:
     checkpoint_dir: Path | None = None  # None: no checkpoints (and no resume)
     checkpoint_every: int = 100
     checkpoint_keep: int = 3
+    # Benchmark knob only (bench/overlap.py): seconds to hold our own announcement back after the payload is
+    # ready, as if uploading it took that long. It stands in for a slow link on loopback; 0 in real runs.
+    comm_delay: float = 0.0
 
 
 class _CountingStore:
@@ -118,6 +131,15 @@ class _CountingStore:
         if data is not None:
             self.bytes_out += len(data)
         return data
+
+
+@dataclass
+class _Ahead:
+    """The compute of the next step, running in the worker thread while this step's round goes on."""
+
+    step: int
+    done: trio.Event
+    result: Computed | None = None
 
 
 class PeerNode:
@@ -152,6 +174,7 @@ class PeerNode:
         self._ckpt_store = (CheckpointStore(options.checkpoint_dir, keep_last=options.checkpoint_keep)
                             if options.checkpoint_dir is not None else None)
         self._saved_step = -1
+        self._ready: _Ahead | None = None  # overlapped mode: the next step, computed during the last round
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -604,6 +627,65 @@ class PeerNode:
         order = m.leader_order(step)
         return bool(order) and order is not None and order[0] == self.self_id
 
+    @property
+    def overlapped(self) -> bool:
+        """Whether this run uses the overlapped order (a manifest setting, so the same on every peer)."""
+        return self.trainer.overlapped
+
+    def _may_run_ahead(self, step: int) -> bool:
+        """Whether to compute ``step`` during the round before it. Not past the last step, not once we are
+        leaving (the work would be thrown away), and not for a step right after a checkpoint boundary: a
+        checkpoint must hold the optimizer state of a boundary, not a prepared but never sent step."""
+        if self.opts.steps is not None and step >= self.opts.steps:
+            return False
+        if self._stop_requested or self._resync is not None:
+            return False
+        return not (self._ckpt_store is not None and step % self.opts.checkpoint_every == 0)
+
+    async def _run_ahead(self, ahead: _Ahead) -> None:
+        try:
+            ahead.result = await trio.to_thread.run_sync(self.trainer.compute, ahead.step,
+                                                         limiter=self._compute_limit)
+        finally:
+            ahead.done.set()
+
+    def _start_ahead(self, step: int) -> _Ahead:
+        ahead = _Ahead(step, trio.Event())
+        self._nursery.start_soon(self._run_ahead, ahead)
+        return ahead
+
+    def _take_ready(self, step: int) -> Computed | None:
+        """The compute of ``step`` done during the previous round, if that is what we hold."""
+        ready, self._ready = self._ready, None
+        if ready is None or ready.step != step or not ready.done.is_set():
+            return None
+        return ready.result
+
+    async def _announce(self, s: int, done: Computed, phases: dict[str, float]) -> int:
+        """Store, self-decode and announce our payload of step ``s``; returns its size in bytes."""
+        m = self.machine
+        if m is None or done.data is None:
+            return 0
+        t0 = time.perf_counter()
+        digest = self.store.put(s, done.data)
+        payload = await trio.to_thread.run_sync(self.trainer.decode, done.data, self.self_id, s,
+                                                limiter=self._decode_limit)
+        self._decoded[(s, self.self_id, digest)] = payload
+        phases["codec"] = time.perf_counter() - t0
+        if self.opts.comm_delay > 0:  # benchmark knob: the payload is ready, its "upload" takes this long
+            t0 = time.perf_counter()
+            await trio.sleep(self.opts.comm_delay)
+            phases["comm_delay"] = time.perf_counter() - t0
+        # The hash of the weights at this step boundary (what a joiner syncing at step s gets vouched for).
+        # Sequential: the weights the gradient was taken on. Overlapped: the gradient was taken one update
+        # earlier, but every peer announces the same boundary hash, which the round machine compares.
+        ann = Announcement(self.run_id, s, self.self_id, digest, len(done.data), self.trainer.weights_hash)
+        if self.telemetry is not None:
+            self.telemetry.payload_sent(len(done.data))
+        self._publish(ann)
+        self._handle(m.on_local_announcement(ann, trio.current_time()))
+        return len(done.data)
+
     async def _step(self, s: int) -> dict[str, object] | None:
         m = self.machine
         if m is None:
@@ -613,37 +695,40 @@ class PeerNode:
         phases: dict[str, float] = {}
         own_hash: bytes | None = None
         payload_bytes = 0
+        ahead: _Ahead | None = None
+        ready = self._take_ready(s)
         if m.next_step <= s:
-            done = await trio.to_thread.run_sync(self.trainer.compute, s, limiter=self._compute_limit)
+            if ready is None:
+                ready = await trio.to_thread.run_sync(self.trainer.compute, s, limiter=self._compute_limit)
+            done = ready
             phases.update(done.seconds)
             loss = done.loss
-            own_hash = done.weights_hash
-            if done.data is not None:
-                t0 = time.perf_counter()
-                digest = self.store.put(s, done.data)
-                payload = await trio.to_thread.run_sync(self.trainer.decode, done.data, self.self_id, s,
-                                                        limiter=self._decode_limit)
-                self._decoded[(s, self.self_id, digest)] = payload
-                phases["codec"] = time.perf_counter() - t0
-                ann = Announcement(self.run_id, s, self.self_id, digest, len(done.data), done.weights_hash)
-                payload_bytes = len(done.data)
-                if self.telemetry is not None:
-                    self.telemetry.payload_sent(payload_bytes)
-                self._publish(ann)
-                self._handle(m.on_local_announcement(ann, trio.current_time()))
+            own_hash = self.trainer.weights_hash
+            if self.overlapped and self._may_run_ahead(s + 1):
+                # Started before the announcement so that everything the round waits on (including the
+                # benchmark's comm delay) runs while the next gradient is computed.
+                ahead = self._start_ahead(s + 1)
+            payload_bytes = await self._announce(s, done, phases)
         t_announced = trio.current_time()
-        while s not in self._applies:
-            if self._resync is not None:
-                return {}
-            if self._stop_requested:
-                remaining = self._stop_deadline - trio.current_time()
-                if remaining <= 0:
-                    self.out.emit("abandoned", f"left step {s} undecided", step=s)
-                    return None
-                with trio.move_on_after(remaining):
+        try:
+            while s not in self._applies:
+                if self._resync is not None:
+                    return {}
+                if self._stop_requested:
+                    remaining = self._stop_deadline - trio.current_time()
+                    if remaining <= 0:
+                        self.out.emit("abandoned", f"left step {s} undecided", step=s)
+                        return None
+                    with trio.move_on_after(remaining):
+                        await self._wait_changed()
+                else:
                     await self._wait_changed()
-            else:
-                await self._wait_changed()
+        finally:
+            if ahead is not None:
+                # Nothing else may touch the model while the worker thread computes on it (resync loads
+                # weights, apply updates them); a compute is bounded, so this wait is too.
+                with trio.CancelScope(shield=True):
+                    await ahead.done.wait()
         action = self._applies.pop(s)
         t_decided = trio.current_time()
         lst = action.inclusion_list
@@ -653,6 +738,7 @@ class PeerNode:
         phases["apply"] = time.perf_counter() - t0
         phases["round"] = t_decided - t_announced
         self._applied = s + 1
+        self._ready = ahead
         for key in [k for k in self._decoded if k[0] < s]:
             del self._decoded[key]
         roster = self.machine.roster if self.machine is not None else None
@@ -662,7 +748,7 @@ class PeerNode:
             "self_included": any(p == self.self_id for p, _ in lst.entries),
             "warming": len(lst.warming), "leader": lst.leader, "epoch": lst.epoch,
             "sent_bytes": self._served.bytes_out, "recv_bytes": self.recv_bytes,
-            "payload_bytes": payload_bytes,
+            "payload_bytes": payload_bytes, "overlapped": self.overlapped,
             "round_s": round(t_decided - t_announced, 4), "step_s": round(trio.current_time() - t_start, 4),
             "phases": {k: round(v, 4) for k, v in phases.items()}, "weights_hash": new_hash.hex(),
         }
@@ -693,6 +779,7 @@ class PeerNode:
             self.out.emit("resync_failed", f"resync failed: {exc}", reason=str(exc))
             return
         self._applies.clear()
+        self._ready = None  # computed on the weights we just replaced
         self._applied = state.next_step
         self._handle(m.restore(state, trio.current_time()))
         self.out.emit("resynced", f"resynced to step {state.next_step} ({how})", step=state.next_step,

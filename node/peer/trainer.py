@@ -67,7 +67,18 @@ class Trainer:
         """Hash of the weights at the current step boundary (refreshed after every apply and load)."""
         return self._weights_hash
 
+    @property
+    def overlapped(self) -> bool:
+        """Whether the strategy wants the overlapped order (compute s before apply(s - 1))."""
+        return bool(getattr(self.strategy, "overlapped", False))
+
     def compute(self, step: int) -> Computed:
+        """pre_forward, forward/backward, clip, post_backward, prepare and encode for ``step``.
+
+        Overlapped runs call this before ``apply(step - 1)``, while the round of ``step - 1`` goes on; the
+        weights only look ahead between pre_forward and post_backward and are restored exactly, so nothing
+        outside this call ever sees them changed. ``weights_hash`` is the hash the compute started from.
+        """
         m = self.manifest
         t0 = time.perf_counter()
         weights_hash = self._weights_hash

@@ -39,7 +39,9 @@ def test_sigterm_checkpoints_and_the_swarm_resumes_at_the_same_loss(procs: Procs
     for p in (founder, joiner):
         assert p.wait_exit(10) == 0, f"{p.name} did not exit cleanly within 10 s: {p.tail_stderr()}"
     saved = [e for e in founder.events if e.get("event") == "checkpoint"]
-    assert saved and saved[-1]["why"] == "exit", saved
+    # The newest checkpoint holds the stop step: written at exit, or by the periodic one when SIGTERM landed
+    # right after it (the node does not write the same step twice).
+    assert saved and saved[-1]["why"] in ("exit", "periodic"), saved
     last = saved[-1]
     assert last["step"] == max(founder.steps()) + 1
 
