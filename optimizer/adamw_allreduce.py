@@ -14,9 +14,9 @@ from distro_node.compression.payload import Payload, PayloadSpec, SparseTensor
 
 from .aggregate import check_payloads, entries_for, mean_dense
 from .base import Strategy
-from .config import AdamWConfig, config_settings
+from .config import AdamWConfig
 from .errors import StateError
-from .params import dense_specs, flat_layout_digest, grad_of, trainable
+from .params import dense_specs, flat_payload_spec, grad_of, trainable
 from .schedule import lr_at
 
 STATE_VERSION = 1
@@ -35,14 +35,7 @@ class AdamWAllReduce(Strategy):
         self.config = config or AdamWConfig()
         self._params = trainable(model)
         self._specs = dense_specs(self._params)
-        self._spec = PayloadSpec(
-            strategy=self.name,
-            tensors=self._specs,
-            layout_digest=flat_layout_digest(self._params),
-            settings=config_settings(self.config),
-            index_codec=self.config.index_codec,
-            value_codec=self.config.value_codec,
-        )
+        self._spec = flat_payload_spec(self.name, self._params, self._specs, self.config)
         self._opt = torch.optim.AdamW(
             [p for _, p in self._params],
             lr=lr_at(self.config.schedule, 0),

@@ -28,9 +28,9 @@ from distro_node.compression.payload import Payload, PayloadSpec, SparseTensor, 
 
 from .aggregate import check_payloads, entries_for
 from .base import Strategy
-from .config import CocktailConfig, config_settings
+from .config import CocktailConfig
 from .errors import StateError
-from .params import clone_tensors, copy_into, flat_layout_digest, grad_of, trainable
+from .params import clone_tensors, copy_into, flat_payload_spec, grad_of, trainable
 from .schedule import lr_at
 from .topk import densify, select_topk
 
@@ -68,14 +68,7 @@ class CocktailSGD(Strategy):
             k = max(1, min(subset, math.ceil(self.config.topk_ratio * subset)))
             specs.append(TensorSpec(name, 1, subset, k))
         self._specs = tuple(specs)
-        self._spec = PayloadSpec(
-            strategy=self.name,
-            tensors=self._specs,
-            layout_digest=flat_layout_digest(self._params),
-            settings=config_settings(self.config),
-            index_codec=self.config.index_codec,
-            value_codec=self.config.value_codec,
-        )
+        self._spec = flat_payload_spec(self.name, self._params, self._specs, self.config)
         self._error = {
             n: torch.zeros(p.numel(), dtype=torch.float32, device=p.device) for n, p in self._params
         }

@@ -22,9 +22,9 @@ from distro_node.compression.payload import Payload, PayloadSpec, SparseTensor
 
 from .aggregate import check_payloads, entries_for, mean_dense
 from .base import Strategy
-from .config import DilocoConfig, config_settings
+from .config import DilocoConfig
 from .errors import StateError, StepOrderError
-from .params import clone_tensors, copy_into, dense_specs, flat_layout_digest, trainable
+from .params import clone_tensors, copy_into, dense_specs, flat_payload_spec, trainable
 from .schedule import lr_at
 
 STATE_VERSION = 1
@@ -43,14 +43,7 @@ class DiLoCo(Strategy):
         self.config = config or DilocoConfig()
         self._params = trainable(model)
         self._specs = dense_specs(self._params)
-        self._spec = PayloadSpec(
-            strategy=self.name,
-            tensors=self._specs,
-            layout_digest=flat_layout_digest(self._params),
-            settings=config_settings(self.config),
-            index_codec=self.config.index_codec,
-            value_codec=self.config.value_codec,
-        )
+        self._spec = flat_payload_spec(self.name, self._params, self._specs, self.config)
         self._inner = torch.optim.AdamW(
             [p for _, p in self._params],
             lr=lr_at(self.config.schedule, 0),

@@ -7,11 +7,13 @@ the same model code agree on it without exchanging anything.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 import torch
 from distro_node.compression.layout import ModelLayout, model_layout
-from distro_node.compression.payload import TensorSpec
+from distro_node.compression.payload import PayloadSpec, TensorSpec
 
+from .config import config_settings
 from .errors import StateError
 
 NamedParams = list[tuple[str, torch.nn.Parameter]]
@@ -33,6 +35,28 @@ def layout_of(params: NamedParams, chunk: int) -> ModelLayout:
 def dense_specs(params: NamedParams) -> tuple[TensorSpec, ...]:
     """One chunk per tensor holding every element: the dense payload shape of the baselines."""
     return tuple(TensorSpec(name, 1, p.numel(), p.numel()) for name, p in params)
+
+
+class CodecSettings(Protocol):
+    """What every baseline config carries about its wire encoding."""
+
+    index_codec: str
+    value_codec: str
+
+
+def flat_payload_spec(
+    strategy: str, params: NamedParams, specs: tuple[TensorSpec, ...], config: CodecSettings
+) -> PayloadSpec:
+    """The payload spec of a baseline strategy: flattened tensors, the config's codecs and every setting
+    (so two peers with any differing setting get different settings digests)."""
+    return PayloadSpec(
+        strategy=strategy,
+        tensors=specs,
+        layout_digest=flat_layout_digest(params),
+        settings=config_settings(config),
+        index_codec=config.index_codec,
+        value_codec=config.value_codec,
+    )
 
 
 def flat_layout_digest(params: NamedParams) -> bytes:
