@@ -265,10 +265,9 @@ class RoundMachine:
         """The transport fetched the bytes, checked the hash and the payload passed validation."""
         self._tick(now)
         out: list[Action] = []
-        rnd = self._rounds.get(step)
         key = (peer_id, payload_hash)
-        if rnd is None or not rnd.payload_known(key):
-            self._count("unexpected_payload_event")
+        rnd = self._known_payload_round(step, key)
+        if rnd is None:
             return out
         rnd.validated.add(key)
         rnd.fetch_requested_at.pop(key, None)
@@ -279,10 +278,9 @@ class RoundMachine:
         """The bytes matched the announced hash but failed validation: the announcing peer is at fault."""
         self._tick(now)
         out: list[Action] = []
-        rnd = self._rounds.get(step)
         key = (peer_id, payload_hash)
-        if rnd is None or not rnd.payload_known(key):
-            self._count("unexpected_payload_event")
+        rnd = self._known_payload_round(step, key)
+        if rnd is None:
             return out
         rnd.invalid.add(key)
         rnd.validated.discard(key)
@@ -290,6 +288,14 @@ class RoundMachine:
         out.append(Penalize(peer_id, step, "invalid_payload"))
         self._advance(out)
         return out
+
+    def _known_payload_round(self, step: int, key: tuple[str, bytes]) -> RoundState | None:
+        """The round a transport payload event belongs to, or None (counted) if we never asked for it."""
+        rnd = self._rounds.get(step)
+        if rnd is None or not rnd.payload_known(key):
+            self._count("unexpected_payload_event")
+            return None
+        return rnd
 
     def on_payload_failed(self, step: int, peer_id: str, payload_hash: bytes, now: float) -> list[Action]:
         """No holder delivered the bytes (timeout, hash mismatch): retry after ``fetch_retry_interval``."""

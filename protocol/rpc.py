@@ -24,13 +24,12 @@ from libp2p.peer.id import ID
 
 from .errors import MalformedReplyError, TransferError, TransferTimeoutError, TransportError
 from .host import P2PHost
-from .wire import ShortReadError, read_exactly, reset_quietly
+from .wire import ShortReadError, read_exactly, reset_quietly, write_reply
 
 logger = logging.getLogger(__name__)
 
 _REQ = struct.Struct(">I")
 _REPLY = struct.Struct(">BQ")
-_WRITE_CHUNK = 256 * 1024
 
 
 class RpcStatus(IntEnum):
@@ -85,11 +84,7 @@ def install_rpc(
 
 
 async def _reply(stream: INetStream, status: RpcStatus, body: bytes) -> None:
-    await stream.write(_REPLY.pack(int(status), len(body)))
-    view = memoryview(body)
-    for offset in range(0, len(body), _WRITE_CHUNK):
-        await stream.write(bytes(view[offset : offset + _WRITE_CHUNK]))
-    await stream.close()
+    await write_reply(stream, _REPLY.pack(int(status), len(body)), body)
 
 
 async def call(

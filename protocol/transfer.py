@@ -43,7 +43,7 @@ from .errors import (
 )
 from .host import P2PHost
 from .store import DIGEST_BYTES, PayloadStore
-from .wire import READ_CHUNK, ShortReadError, read_exactly, reset_quietly
+from .wire import READ_CHUNK, ShortReadError, read_exactly, reset_quietly, write_reply
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,6 @@ MAX_RUN_ID_BYTES = 64
 MAX_REQUEST_BYTES = 2 + MAX_RUN_ID_BYTES + 8 + DIGEST_BYTES
 _REPLY_HEADER = struct.Struct(">BQ")
 _STEP = struct.Struct(">Q")
-_WRITE_CHUNK = 256 * 1024
 
 
 class Status(IntEnum):
@@ -164,11 +163,7 @@ class PayloadServer:
             return
         try:
             with trio.fail_after(self.config.serve_timeout):
-                await stream.write(_REPLY_HEADER.pack(Status.OK, len(data)))
-                view = memoryview(data)
-                for offset in range(0, len(data), _WRITE_CHUNK):
-                    await stream.write(bytes(view[offset : offset + _WRITE_CHUNK]))
-                await stream.close()
+                await write_reply(stream, _REPLY_HEADER.pack(Status.OK, len(data)), data)
             self.served += 1
         except trio.TooSlowError:
             await reset_quietly(stream)
@@ -177,8 +172,7 @@ class PayloadServer:
 
     async def _reply_status(self, stream: INetStream, status: Status) -> None:
         with trio.move_on_after(self.config.request_timeout) as scope:
-            await stream.write(_REPLY_HEADER.pack(status, 0))
-            await stream.close()
+            await write_reply(stream, _REPLY_HEADER.pack(status, 0))
         if scope.cancelled_caught:
             await reset_quietly(stream)
 

@@ -66,3 +66,22 @@ async def reset_quietly(stream: Resettable) -> None:
             await stream.reset()
         except Exception as exc:
             logger.debug("stream reset failed: %r", exc)
+
+
+class ByteWriter(Protocol):
+    async def write(self, data: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+WRITE_CHUNK = 256 * 1024
+
+
+async def write_reply(stream: ByteWriter, header: bytes, body: bytes = b"") -> None:
+    """Write a reply header, then ``body`` in bounded chunks (so one huge write never sits in the muxer's
+    window at once), then close our side. Shared by every request/reply protocol of ours."""
+    await stream.write(header)
+    view = memoryview(body)
+    for offset in range(0, len(body), WRITE_CHUNK):
+        await stream.write(bytes(view[offset : offset + WRITE_CHUNK]))
+    await stream.close()
