@@ -68,7 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--batch-size", type=int, default=None, metavar="N",
-        help="run.batch_size instead of the config's: sequences per micro-batch",
+        help="run.batch_size instead of the config's: sequences per peer step (split into run.grad_accum "
+             "micro-batches)",
     )
     p.add_argument(
         "--seq-len", type=int, default=None, metavar="N",
@@ -168,7 +169,8 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
     device = info.chosen or "cpu"
 
     b = budget(model, run_cfg.strategy, settings, peers=args.peers, uplink_mbit=args.uplink_mbit)
-    sizes = {"batch": run_cfg.batch_size, "seq": run_cfg.seq_len}
+    # Memory and compute are those of one micro-batch: the step's batch is cut run.grad_accum ways.
+    sizes = {"batch": max(1, run_cfg.batch_size // run_cfg.grad_accum), "seq": run_cfg.seq_len}
     common = {"peers": args.peers, "payload_bytes": b.wire_bytes, **sizes}
     fp32 = estimate(model, run_cfg.strategy, settings, dtype="fp32", **common)
     bf16 = estimate(model, run_cfg.strategy, settings, dtype="bf16", **common)

@@ -21,8 +21,8 @@ from distro_node.optimizer.registry import STRATEGIES, make_config
 
 from .config_errors import ConfigFieldError
 from .config_types import normalize
+from .device import DEVICES, PRECISIONS
 
-DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 DATA_KINDS: tuple[str, ...] = ("embedded", "text", "tokens")
 TOKEN_DTYPES: tuple[str, ...] = ("auto", "uint16", "uint32")
@@ -88,7 +88,8 @@ class DataConfig(Section):
     path: Path | None = field(
         default=None,
         metadata=doc(
-            "text: any UTF-8/bytes file (byte vocabulary); tokens: flat little-endian token ids",
+            "text: any UTF-8/bytes file (byte vocabulary); tokens: flat little-endian token ids; local: "
+            "join checks the file's sha256 and size against the run manifest",
             example="/data/corpus.u16",
         ),
     )
@@ -108,8 +109,8 @@ class DataConfig(Section):
         if not 0 < self.eval_fraction < 1:
             raise self._fail("eval_fraction", f"must be in (0, 1), got {self.eval_fraction}")
         self._range("seed", 0, 2**63 - 1)
-        if self.kind == "embedded" and self.path is not None:
-            raise self._fail("path", "must be unset for kind 'embedded' (set kind = 'text' or 'tokens')")
+        # A path with kind "embedded" is allowed here: a joiner sets only its local copy's path and takes the
+        # kind from the run manifest; a founder doing so is refused in node/peer/settings.py.
         if self.kind != "embedded" and self.path is None:
             raise self._fail("path", f"is required for kind {self.kind!r}")
 
@@ -142,9 +143,13 @@ class RunConfig(Section):
         metadata=doc("settings of the chosen strategy (optimizer/config.py); unknown keys are errors"),
     )
     data: DataConfig = field(default_factory=DataConfig, metadata=doc("training data"))
-    batch_size: int = field(default=8, metadata=doc("sequences per micro-batch"))
+    batch_size: int = field(default=8, metadata=doc("sequences per peer per step"))
     seq_len: int = field(default=64, metadata=doc("tokens per sequence (at most the preset's seq_len)"))
-    grad_accum: int = field(default=1, metadata=doc("micro-batches accumulated per step"))
+    grad_accum: int = field(
+        default=1,
+        metadata=doc("micro-batches the step's batch is split into (must divide batch_size); local: less "
+                     "memory, same run"),
+    )
     grad_clip: float = field(
         default=1.0,
         metadata=doc("max global gradient norm before the strategy sees it; 0 disables"),
@@ -286,7 +291,16 @@ class NodeConfig(Section):
         default=Path("~/.distro-node"),
         metadata=doc("state of this node: identity, checkpoints, logs"),
     )
-    device: str = field(default="auto", metadata=doc(f"compute device: {' | '.join(DEVICES)}"))
+    device: str = field(
+        default="auto",
+        metadata=doc(f"compute device of this process: {' | '.join(DEVICES)} (auto: cuda, else mps, else "
+                     "cpu); local, peers with different devices train the same run"),
+    )
+    precision: str = field(
+        default="auto",
+        metadata=doc(f"forward-pass precision: {' | '.join(PRECISIONS)} (auto: bf16 autocast on cuda, else "
+                     "fp32); local like device"),
+    )
     log_level: str = field(default="info", metadata=doc(f"log verbosity: {' | '.join(LOG_LEVELS)}"))
     faults: str | None = field(
         default=None,
@@ -299,6 +313,7 @@ class NodeConfig(Section):
 
     def check(self) -> None:
         self._choice("device", DEVICES)
+        self._choice("precision", PRECISIONS)
         self._choice("log_level", LOG_LEVELS)
         if self.faults is not None and not 0 < len(self.faults) <= MAX_FAULT_SPEC_CHARS:
             raise self._fail("faults", f"must be 1..{MAX_FAULT_SPEC_CHARS} characters when set")
@@ -318,6 +333,7 @@ __all__ = [
     "DATA_KINDS",
     "DEVICES",
     "LOG_LEVELS",
+    "PRECISIONS",
     "TOKEN_DTYPES",
     "CheckpointConfig",
     "DataConfig",

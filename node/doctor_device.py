@@ -13,10 +13,8 @@ from pathlib import Path
 
 import torch
 
+from .device import probe_devices, resolve_device
 from .doctor_report import FAIL, PASS, WARN, Check
-
-# device = "auto" prefers the fastest backend present.
-AUTO_ORDER: tuple[str, ...] = ("cuda", "mps", "cpu")
 
 
 @dataclass(frozen=True)
@@ -28,21 +26,6 @@ class DeviceInfo:
     available: dict[str, bool]
     chosen: str | None
     name: str
-
-
-def probe_devices() -> dict[str, bool]:
-    mps = getattr(torch.backends, "mps", None)
-    return {
-        "cuda": bool(torch.cuda.is_available()),
-        "mps": bool(mps is not None and mps.is_available()),
-        "cpu": True,
-    }
-
-
-def resolve_device(configured: str, available: dict[str, bool]) -> str | None:
-    if configured == "auto":
-        return next(d for d in AUTO_ORDER if available.get(d))
-    return configured if available.get(configured) else None
 
 
 def device_info(configured: str) -> DeviceInfo:

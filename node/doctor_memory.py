@@ -158,8 +158,8 @@ def check_memory(
         )
     summary = f"{need} of {human_bytes(available)} available [{source}]: {parts}"
     shrink = (
-        "use a smaller preset, lower run.batch_size or run.seq_len (activations), or a machine with more "
-        "memory"
+        "use a smaller preset, raise run.grad_accum or lower run.seq_len (activations), or a machine with "
+        "more memory"
     )
     if fp32.total > available:
         return Check("memory", FAIL, summary, hint=f"does not fit: {shrink}", details=details)

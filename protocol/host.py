@@ -31,7 +31,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from multiaddr import Multiaddr
 
 from .addrs import parse_multiaddr, split_peer_addr, with_peer_id
-from .errors import BootstrapError, DialError, PeerExchangeError, TransportError
+from .errors import BadMultiaddrError, BootstrapError, DialError, PeerExchangeError, TransportError
 from .identity import peer_id_of
 from .peer_exchange import (
     MAX_PX_ENTRIES,
@@ -55,6 +55,9 @@ class HostConfig:
     """Knobs for the host; defaults suit a WAN swarm, tests shorten the intervals."""
 
     listen_addrs: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
+    # Transport addresses (no /p2p/) peer exchange advertises instead of the bound ones: behind NAT or in a
+    # container the bound address (0.0.0.0, a bridge IP) is not where others can reach us. Empty: bound ones.
+    announce_addrs: tuple[str, ...] = ()
     dial_timeout: float = 10.0
     # Periodic peer exchange keeps the swarm converging when several nodes join through one bootstrap at
     # the same moment (each may ask before the others are known). 0 disables the loop.
@@ -117,6 +120,10 @@ class P2PHost:
         self.peer_book = PeerBook(self.peer_id)
         self._watch = _ConnectionWatch()
         self._dial_limit = trio.Semaphore(config.dial_concurrency)
+        self._announce = [parse_multiaddr(a) for a in config.announce_addrs]
+        for addr in self._announce:
+            if "p2p" in [p.name for p in addr.protocols()]:
+                raise BadMultiaddrError(str(addr), "announce addresses take no /p2p/ part")
         libp2p_host.get_network().register_notifee(self._watch)
 
     @property
@@ -131,6 +138,13 @@ class P2PHost:
     def addrs(self) -> list[Multiaddr]:
         """Bound listen addresses with ``/p2p/<our id>``: what others put in their bootstrap list."""
         return [with_peer_id(a, self.peer_id) for a in self.transport_addrs()]
+
+    def advertised_addrs(self) -> list[Multiaddr]:
+        """What peer exchange tells others about us: the announce addresses when configured, else the bound
+        ones, with ``/p2p/<our id>``."""
+        if self._announce:
+            return [with_peer_id(a, self.peer_id) for a in self._announce]
+        return self.addrs()
 
     def connected_peers(self) -> set[ID]:
         return set(self._host.get_connected_peers())
@@ -241,7 +255,7 @@ class P2PHost:
         stream = await self.open_stream(peer_id, PX_PROTOCOL)
         try:
             with trio.fail_after(self.config.px_timeout):
-                await stream.write(encode_addr_list(self.addrs(), MAX_SELF_ADDRS))
+                await stream.write(encode_addr_list(self.advertised_addrs(), MAX_SELF_ADDRS))
                 reply = await read_addr_list(stream, MAX_PX_ENTRIES)
                 await stream.close()
         except PeerExchangeError:
@@ -301,7 +315,7 @@ class P2PHost:
         await stream.close()
 
     def _advertised_peers(self, exclude: ID) -> list[Multiaddr]:
-        out = list(self.addrs())
+        out = list(self.advertised_addrs())
         for peer_id in sorted(self.connected_peers(), key=str):
             if peer_id == exclude:
                 continue

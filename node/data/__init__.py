@@ -10,7 +10,13 @@ from distro_node.node.data.errors import (
     EmptyDataFileError,
     TokenRangeError,
 )
-from distro_node.node.data.files import BYTE_VOCAB_SIZE, text_source, token_file_source
+from distro_node.node.data.files import (
+    BYTE_VOCAB_SIZE,
+    file_fingerprint,
+    resolve_token_dtype,
+    text_source,
+    token_file_source,
+)
 from distro_node.node.data.markov import MarkovSpec
 from distro_node.node.data.sampling import eval_batches, sample_batch
 from distro_node.node.data.source import TokenSource
@@ -26,7 +32,9 @@ __all__ = [
     "TokenRangeError",
     "TokenSource",
     "eval_batches",
+    "file_fingerprint",
     "markov_source",
+    "resolve_token_dtype",
     "sample_batch",
     "text_source",
     "token_file_source",

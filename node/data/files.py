@@ -7,6 +7,7 @@ than as an index error deep inside the first training step.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Literal
 
@@ -66,6 +67,23 @@ def text_source(path: str | Path, *, eval_fraction: float = 0.01) -> TokenSource
     tokens.flags.writeable = False
     train, held_out = _split(tokens, eval_fraction, path)
     return TokenSource(name=f"text:{path.name}", vocab_size=BYTE_VOCAB_SIZE, train=train, eval=held_out)
+
+
+def file_fingerprint(path: str | Path) -> tuple[str, int]:
+    """(sha256 hex, size in bytes) of a data file, read in 1 MiB blocks: what peers compare to prove they
+    hold the same corpus without ever sending it or its path."""
+    path = Path(path)
+    size = _check_file(path)
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest(), size
+
+
+def resolve_token_dtype(path: str | Path, dtype: TokenDtype | None = None) -> TokenDtype:
+    """The token width of a token file: ``dtype`` when given, else from its name (``.u16``/``.u32``...)."""
+    return _resolve_dtype(Path(path), dtype)
 
 
 def _resolve_dtype(path: Path, dtype: TokenDtype | None) -> TokenDtype:

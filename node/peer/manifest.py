@@ -7,12 +7,21 @@ makes two runs founded with equal settings distinct runs.
 
 Round timings and the roster rules (warm-up rounds, missed rounds) are in the manifest too: they are
 replicated state (every replica must drop and activate peers at the same step), not a local preference.
+
+Fields added after the first version (``grad_clip``, ``data``) are left out of the canonical bytes while they
+hold their default, so an embedded-data run with the default clipping has the same bytes, hence the same run
+id, as before they existed (a founder's checkpoint still resumes its run). Writing such a field out at its
+default is not canonical and is refused, so every manifest still has exactly one byte form. What stays out of
+the manifest on purpose: the device, the precision, gradient accumulation and the data file's path, which are
+per-process choices (node/peer/local.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -27,6 +36,10 @@ from ..presets import UnknownPresetError, preset
 
 MANIFEST_VERSION = 1
 MAX_MANIFEST_BYTES = 64 * 1024
+DATA_FILE_KINDS: tuple[str, ...] = ("text", "tokens")
+TOKEN_DTYPES: tuple[str, ...] = ("uint16", "uint32")
+DEFAULT_GRAD_CLIP = 1.0
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class ManifestError(ValueError):
@@ -47,6 +60,43 @@ class RoundSettings:
 
 
 @dataclass(frozen=True)
+class DataSpec:
+    """The run's training data as every peer must hold it. A file is named by kind, sha256 and size, never by
+    path: each peer keeps its copy where it likes, and the hash proves they train on the same bytes.
+    ``token_dtype`` (token files) and ``eval_fraction`` decide the tokens and the train split, so they are
+    shared too. The default is the embedded dataset (seeded by the manifest's ``data_seed``)."""
+
+    kind: str = "embedded"
+    sha256: str = ""
+    size: int = 0
+    token_dtype: str = ""
+    eval_fraction: float = 0.01
+
+    def check(self) -> None:
+        if self.kind == "embedded":
+            if self != DataSpec():
+                raise ManifestError("data", "the embedded dataset takes no file fields")
+            return
+        if self.kind not in DATA_FILE_KINDS:
+            raise ManifestError("data.kind", f"must be embedded or one of {DATA_FILE_KINDS}, "
+                                             f"got {self.kind!r}")
+        if not isinstance(self.sha256, str) or not _SHA256_HEX.fullmatch(self.sha256):
+            raise ManifestError("data.sha256", "must be 64 lowercase hex characters")
+        if type(self.size) is not int or not 0 < self.size < 2**63:
+            raise ManifestError("data.size", f"must be a positive int, got {self.size!r}")
+        wanted = TOKEN_DTYPES if self.kind == "tokens" else ("",)
+        if self.token_dtype not in wanted:
+            raise ManifestError("data.token_dtype", f"must be one of {wanted} for kind {self.kind!r}")
+        fraction = self.eval_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction < 1:
+            raise ManifestError("data.eval_fraction", f"must be in (0, 1), got {fraction!r}")
+
+
+# Later fields and the values at which they are left out of the canonical bytes (see the module docstring).
+_OMITTED_AT_DEFAULT: dict[str, Any] = {"grad_clip": DEFAULT_GRAD_CLIP, "data": DataSpec()}
+
+
+@dataclass(frozen=True)
 class RunManifest:
     preset: str = "tiny"
     strategy: str = "distro"
@@ -55,6 +105,8 @@ class RunManifest:
     seq_len: int = 32
     seed: int = 0
     data_seed: int = 0
+    grad_clip: float = DEFAULT_GRAD_CLIP  # max global gradient norm before the strategy sees it; 0: off
+    data: DataSpec = field(default_factory=DataSpec)
     rounds: RoundSettings = field(default_factory=RoundSettings)
     nonce: str = ""
     version: int = MANIFEST_VERSION
@@ -80,6 +132,14 @@ class RunManifest:
             value = getattr(self, name)
             if type(value) is not int or not 0 <= value < 2**63:
                 raise ManifestError(name, f"must be a non-negative int, got {value!r}")
+        clip = self.grad_clip
+        if isinstance(clip, bool) or not isinstance(clip, int | float) or not (
+            math.isfinite(clip) and 0 <= clip <= 1e9
+        ):
+            raise ManifestError("grad_clip", f"must be a number in [0, 1e9], got {clip!r}")
+        if not isinstance(self.data, DataSpec):
+            raise ManifestError("data", "must be a DataSpec")
+        self.data.check()
         if not isinstance(self.nonce, str) or len(self.nonce) > 64:
             raise ManifestError("nonce", "must be a string of at most 64 characters")
         if self.version != MANIFEST_VERSION:
@@ -96,6 +156,9 @@ class RunManifest:
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["settings"] = json.loads(json.dumps(dict(self.settings)))
+        for name, default in _OMITTED_AT_DEFAULT.items():
+            if getattr(self, name) == default:
+                del doc[name]
         return doc
 
     def to_bytes(self) -> bytes:
@@ -114,8 +177,17 @@ class RunManifest:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ManifestError("json", str(exc)[:120]) from None
         keys = {f for f in cls.__dataclass_fields__}
-        if not isinstance(doc, dict) or set(doc) != keys:
-            raise ManifestError("keys", f"expected exactly {sorted(keys)}")
+        required = keys - set(_OMITTED_AT_DEFAULT)
+        if not isinstance(doc, dict) or not required <= set(doc) <= keys:
+            optional = sorted(_OMITTED_AT_DEFAULT)
+            raise ManifestError("keys", f"expected {sorted(required)}, optionally {optional}")
+        data_doc = doc.get("data", asdict(DataSpec()))
+        data_keys = set(DataSpec.__dataclass_fields__)
+        if not isinstance(data_doc, dict) or set(data_doc) != data_keys:
+            raise ManifestError("data", f"expected exactly {sorted(data_keys)}")
+        for name in ("kind", "sha256", "token_dtype"):
+            if not isinstance(data_doc[name], str):
+                raise ManifestError(f"data.{name}", "must be a string")
         rounds = doc["rounds"]
         round_keys = set(RoundSettings.__dataclass_fields__)
         if not isinstance(rounds, dict) or set(rounds) != round_keys:
@@ -131,7 +203,7 @@ class RunManifest:
         for name in ("preset", "strategy", "nonce"):
             if not isinstance(doc[name], str):
                 raise ManifestError(name, "must be a string")
-        manifest = cls(**{**doc, "rounds": RoundSettings(**rounds)})
+        manifest = cls(**{**doc, "rounds": RoundSettings(**rounds), "data": DataSpec(**data_doc)})
         if manifest.to_bytes() != bytes(data):
             raise ManifestError("encoding", "not in canonical form (sorted keys, no whitespace)")
         return manifest

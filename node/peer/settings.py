@@ -23,7 +23,8 @@ from distro_node.optimizer.config import ScheduleConfig
 
 from ..config import ConfigFieldError, NodeConfig, load_config
 from ..config_sources import read_env, read_toml, sources
-from .manifest import RoundSettings, RunManifest
+from .manifest import ManifestError, RoundSettings, RunManifest
+from .run_data import founder_data_spec
 
 # Fields no layer set take these values (see the module docstring for why).
 LOCAL_DEFAULTS: dict[str, Any] = {
@@ -85,20 +86,23 @@ def founder_manifest(settings: JoinSettings, rounds: RoundSettings) -> RunManife
     """The manifest a founder creates from the ``[run]`` table.
 
     The strategy settings go into the manifest only when some layer set them (so a run's id does not change
-    with every new optimizer default); a DisTrO run without a learning rate gets ``DEMO_DISTRO_LR``.
+    with every new optimizer default); a DisTrO run without a learning rate gets ``DEMO_DISTRO_LR``, also
+    when other schedule fields (warmup, cosine horizon) are set. A data file is hashed here (sha256 and size
+    go into the manifest, the path stays local); ``run.grad_clip`` becomes the manifest's ``grad_clip``.
     """
     run = settings.config.run
     strategy_settings: dict[str, Any] = {}
     if any(name.startswith("run.strategy_settings") for name in settings.explicit):
         strategy_settings = asdict(run.strategy_settings) if run.strategy_settings is not None else {}
-    if run.strategy == "distro" and not any(
-        name.startswith("run.strategy_settings.schedule") for name in settings.explicit
-    ):
+    if run.strategy == "distro" and "run.strategy_settings.schedule.lr" not in settings.explicit:
         schedule = dict(strategy_settings.get("schedule") or asdict(ScheduleConfig()))
         schedule["lr"] = DEMO_DISTRO_LR
         strategy_settings["schedule"] = schedule
-    if run.data.kind != "embedded":
-        raise ConfigFieldError("run.data.kind", "join trains on the embedded dataset only for now")
-    return RunManifest.found(preset=run.model, strategy=run.strategy, settings=strategy_settings,
-                             batch_size=run.batch_size, seq_len=run.seq_len, seed=run.seed,
-                             data_seed=run.data.seed, rounds=rounds)
+    try:
+        return RunManifest.found(preset=run.model, strategy=run.strategy, settings=strategy_settings,
+                                 batch_size=run.batch_size, seq_len=run.seq_len, seed=run.seed,
+                                 data_seed=run.data.seed, grad_clip=run.grad_clip,
+                                 data=founder_data_spec(run.data), rounds=rounds)
+    except ManifestError as exc:
+        name = "strategy_settings" if exc.field == "settings" else exc.field
+        raise ConfigFieldError(f"run.{name}", str(exc)) from None

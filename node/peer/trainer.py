@@ -4,10 +4,24 @@ Everything here is blocking torch work; the node calls it through ``trio.to_thre
 of one, so the event loop keeps gossip, payload serving and the round machine alive meanwhile, and the
 strategy never sees two calls at once. The step order is the one ``optimizer/base.py`` prescribes and
 ``node/simulate.py`` follows.
+
+Devices. The weights every replica must agree on bit for bit live in a CPU master copy (``self.model``) that
+the strategy owns: decode, aggregation, the inverse DCT and the parameter update all run there, whatever
+``device`` this process chose. Why not on the accelerator: aggregation is order-fixed elementwise adds there
+too (optimizer/aggregate.py), but the update goes through the inverse DCT, a matmul, whose bits differ between
+cuBLAS (TF32, split-K), MPS and CPU BLAS; a sign update could tolerate that only where no coefficient sits at
+zero, and the Adam rule (``u / sqrt(v)``) not at all. So on cuda/mps a working copy (``self.work``) takes the
+master weights before each forward pass (exact copies), runs forward/backward there (optionally under bf16
+autocast, with micro-batches), clips its gradient there, and hands the gradient back to the master's
+``.grad``. The strategy's local compression (DCT, top-k, error feedback) runs on CPU with it: it shares
+state with the update in one strategy object, and splitting the two is an optimizer change. On cpu the
+working copy is the master itself and nothing is copied, so a CPU peer computes exactly what it did before
+devices existed.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,12 +32,14 @@ from distro_node.compression.payload import Header, Payload, PayloadSpec
 from distro_node.compression.wire import decode, encode
 from distro_node.optimizer.registry import build_strategy
 
-from ..data.embedded import markov_source
 from ..data.sampling import sample_batch
+from ..device import autocast
 from ..hashing import model_hash
 from ..model import Llama, next_token_loss
 from ..presets import preset
+from .local import LocalSettings, LocalSetupError
 from .manifest import RunManifest
+from .run_data import open_run_source
 from .snapshot_io import (
     load_weights,
     optim_from_bytes,
@@ -32,7 +48,6 @@ from .snapshot_io import (
     without_local_momentum,
 )
 
-GRAD_CLIP = 1.0
 HELDOUT_PEER = "heldout"
 
 
@@ -48,15 +63,23 @@ class Computed:
 
 
 class Trainer:
-    def __init__(self, manifest: RunManifest, peer_id: str) -> None:
+    def __init__(self, manifest: RunManifest, peer_id: str, local: LocalSettings | None = None) -> None:
+        """Raises :class:`LocalSetupError` (naming the setting) when this peer's local settings do not fit
+        the run: a grad_accum that does not divide batch_size, a data file that is not the run's."""
         self.manifest = manifest
         self.peer_id = peer_id
+        self.local = local or LocalSettings()
+        self.micro_batch = self.local.micro_batch(manifest.batch_size)
         self.run_id = manifest.run_id()
-        self.model = Llama(preset(manifest.preset), seed=manifest.seed)
+        shape = preset(manifest.preset)
+        self.source = open_run_source(manifest.data, manifest.data_seed, self.local.data_path,
+                                      shape.vocab_size)
+        self.model = Llama(shape, seed=manifest.seed)
         self.strategy = build_strategy(manifest.strategy, self.model, dict(manifest.settings))
         self.spec: PayloadSpec = self.strategy.spec()
-        self.source = markov_source(manifest.data_seed)
-        self.source.check_vocab(preset(manifest.preset).vocab_size)
+        self.device = torch.device(self.local.device)
+        self.work = self.model if self.device.type == "cpu" else copy.deepcopy(self.model).to(self.device)
+        self._autocast = autocast(self.local.device, self.local.precision)
         self._weights_hash = self._hash()
 
     def _hash(self) -> bytes:
@@ -86,9 +109,7 @@ class Trainer:
         self.model.zero_grad(set_to_none=True)
         inputs, targets = sample_batch(self.source, run_id=self.run_id, step=step, peer=self.peer_id,
                                        batch_size=m.batch_size, seq_len=m.seq_len)
-        loss = next_token_loss(self.model(inputs), targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+        loss = self.forward_backward(inputs, targets)
         self.strategy.post_backward(step)
         t1 = time.perf_counter()
         payload = self.strategy.prepare(step)
@@ -99,8 +120,33 @@ class Trainer:
                             settings_digest=self.spec.settings_digest())
             data = encode(header, payload, self.spec)
         t2 = time.perf_counter()
-        return Computed(step, float(loss.detach()), data, weights_hash,
-                        {"compute": t1 - t0, "prepare": t2 - t1})
+        return Computed(step, loss, data, weights_hash, {"compute": t1 - t0, "prepare": t2 - t1})
+
+    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        """The batch's mean loss; leaves the clipped gradient of the whole batch in the master's ``.grad``.
+
+        With ``grad_accum`` N the batch is cut into N equal micro-batches, each backward scaled by 1/N, so
+        the summed gradient is the whole batch's mean-loss gradient (up to float rounding) at 1/N of the
+        activation memory. N = 1 keeps the single backward of a plain step."""
+        work = self.work
+        if work is not self.model:
+            work.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for w, p in zip(work.parameters(), self.model.parameters(), strict=True):
+                    w.copy_(p)
+        n = self.local.grad_accum
+        losses: list[torch.Tensor] = []
+        for x, y in zip(inputs.split(self.micro_batch), targets.split(self.micro_batch), strict=True):
+            with self._autocast():
+                loss = next_token_loss(work(x.to(self.device)), y.to(self.device))
+            (loss if n == 1 else loss / n).backward()
+            losses.append(loss.detach())
+        if self.manifest.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(work.parameters(), self.manifest.grad_clip)
+        if work is not self.model:
+            for w, p in zip(work.parameters(), self.model.parameters(), strict=True):
+                p.grad = None if w.grad is None else w.grad.detach().to("cpu")
+        return float(losses[0]) if n == 1 else float(torch.stack(losses).mean())
 
     def decode(self, data: bytes, sender: str, step: int) -> Payload:
         """Validate peer bytes bound to the sender and step; raises PayloadError."""
@@ -144,4 +190,4 @@ class Trainer:
         return self._weights_hash
 
 
-__all__ = ["Computed", "PayloadError", "Trainer"]
+__all__ = ["Computed", "LocalSettings", "LocalSetupError", "PayloadError", "Trainer"]

@@ -216,3 +216,17 @@ def test_strategy_state_and_cadence_differ_as_documented() -> None:
     diloco = budget(cfg, "diloco", DilocoConfig(inner_steps=16), peers=4, uplink_mbit=10)
     assert diloco.every_steps == 16
     assert diloco.body_bytes == 4 * n  # dense fp32 pseudo-gradient, values only
+
+
+def test_grad_accum_sizes_one_micro_batch(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.batch_size is the step's batch; with grad_accum N only a 1/N slice is in memory at once."""
+    argv = ["--preset", "1.2b", "--memory-gb", "64", "--batch-size", "8", "--compute-seconds", "5", *LOOPBACK]
+    _, whole = doctor_json(capsys, *argv)
+    monkeypatch.setenv("DISTRO_NODE_RUN__GRAD_ACCUM", "4")
+    _, split = doctor_json(capsys, *argv)
+    act_whole = by_name(whole)["memory"]["details"]["fp32"]["activations_bytes"]
+    act_split = by_name(split)["memory"]["details"]["fp32"]["activations_bytes"]
+    assert split["context"]["grad_accum"] == 4
+    assert act_split * 4 == act_whole

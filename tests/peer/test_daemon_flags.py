@@ -1,0 +1,85 @@
+"""`join`'s founder flags for the schedule and clipping reach the run manifest (so joiners follow them), and
+the local flags (device, precision, grad accumulation, data path) never do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from distro_node.node.cli import build_parser
+from distro_node.node.cli_join import _flags
+from distro_node.node.peer.manifest import RoundSettings, RunManifest
+from distro_node.node.peer.settings import DEMO_DISTRO_LR, founder_manifest, load_join_settings
+from distro_node.node.peer.trainer import Trainer
+from distro_node.optimizer.schedule import lr_at
+
+CLI = [sys.executable, "-m", "distro_node.node.cli", "join"]
+
+
+def manifest_for(argv: list[str]) -> RunManifest:
+    args = build_parser().parse_args(["join", *argv])
+    return founder_manifest(load_join_settings(None, _flags(args), env={}), RoundSettings())
+
+
+def test_schedule_and_clip_flags_reach_the_manifest() -> None:
+    manifest = manifest_for(["--schedule", "cosine", "--warmup-steps", "5", "--total-steps", "100",
+                             "--min-lr-ratio", "0.2", "--grad-clip", "0.5"])
+    schedule = manifest.settings["schedule"]
+    assert (schedule["kind"], schedule["warmup_steps"], schedule["total_steps"]) == ("cosine", 5, 100)
+    assert schedule["min_lr_ratio"] == 0.2
+    assert schedule["lr"] == DEMO_DISTRO_LR  # other schedule fields do not drop the demo learning rate
+    assert manifest.grad_clip == 0.5
+    # A joiner builds its strategy from the manifest alone and gets the same schedule.
+    joined = RunManifest.from_bytes(manifest.to_bytes())
+    strategy = Trainer(joined, "joiner").strategy
+    config = strategy.config.schedule  # type: ignore[attr-defined]
+    assert lr_at(config, 0) == pytest.approx(DEMO_DISTRO_LR / 5)
+    assert lr_at(config, 100) == pytest.approx(DEMO_DISTRO_LR * 0.2)
+    assert Trainer(joined, "joiner").manifest.grad_clip == 0.5
+
+
+def test_explicit_lr_wins_and_defaults_leave_the_manifest_as_before() -> None:
+    assert manifest_for(["--lr", "0.01", "--warmup-steps", "3"]).settings["schedule"]["lr"] == 0.01
+    default = manifest_for([])
+    assert default.settings == {"schedule": {"decay_steps": 0, "kind": "constant", "lr": DEMO_DISTRO_LR,
+                                             "min_lr_ratio": 0.1, "total_steps": 0, "warmup_steps": 0}}
+    assert default.grad_clip == 1.0
+
+
+def test_local_flags_stay_out_of_the_manifest() -> None:
+    base = manifest_for([])
+    local = manifest_for(["--device", "cpu", "--precision", "bf16", "--grad-accum", "2"])
+    assert local.to_bytes().replace(local.nonce.encode(), b"") == base.to_bytes().replace(base.nonce.encode(),
+                                                                                           b"")
+
+
+def test_cosine_without_a_horizon_names_the_field() -> None:
+    with pytest.raises(ValueError, match=r"run\.strategy_settings\.schedule\.total_steps"):
+        manifest_for(["--schedule", "cosine", "--warmup-steps", "10"])
+
+
+def test_help_explains_every_new_flag() -> None:
+    text = build_parser()._subparsers._group_actions[0].choices["join"].format_help()  # type: ignore[union-attr]
+    for flag, field in [("--device", "[device]"), ("--precision", "[precision]"),
+                        ("--grad-accum", "[run.grad_accum]"), ("--data-path", "[run.data.path]"),
+                        ("--data-kind", "[run.data.kind]"), ("--grad-clip", "[run.grad_clip]"),
+                        ("--schedule", "schedule.kind]"), ("--warmup-steps", "schedule.warmup_steps]"),
+                        ("--total-steps", "schedule.total_steps]"),
+                        ("--min-lr-ratio", "schedule.min_lr_ratio]")]:
+        assert flag in text and field in text.replace("\n", "").replace(" ", ""), flag
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has CUDA: --device cuda is valid here")
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--device", "cuda"], "error: device: 'cuda' is not available"),
+    (["--grad-accum", "3"], "error: run.grad_accum: 3 does not divide the run's batch_size 4"),
+    (["--data-kind", "text"], "error: run.data.path: is required"),
+])
+def test_bad_local_settings_exit_2_before_the_network(tmp_path: Path, argv: list[str], message: str) -> None:
+    done = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=120, check=False,
+                          env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr
