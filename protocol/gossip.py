@@ -13,6 +13,18 @@ Facts about py-libp2p 0.8.1 this module is shaped by (checked in the installed s
 - Gossipsub's built-in spam guard rejects more than ``max_messages_per_topic_per_second`` (default 10) per
   forwarder, *including our own publishes*, silently. A swarm of N peers relays N announcements per round
   through each forwarder, so we raise the limit; real rate limiting belongs to our peer scoring.
+- Catch-up traffic bypasses the per-peer outbound queue: when a peer subscribes (or its pubsub stream is
+  re-opened) ``GossipSub.send_recent_messages`` writes the whole message-cache window (every message of the
+  last ``gossip_window`` heartbeats: 600-900 measured in the 4-peer join test) straight onto the new stream,
+  and ``flush_pending_messages`` does the same with messages held while the peer was being identified, both
+  concurrently with the queue's own sending task. This was the mid-run join failure: each existing peer
+  flooded the newcomer's fresh stream with hundreds of RPCs, the newcomer (busy loading state, on shared
+  cores) could not validate them as fast, the yamux window closed, the peer's queue stopped draining, our
+  stuck-queue guard reset the link, and the re-opened stream got the (by then larger) window again: a loop
+  that left one direction of a link silent for tens of seconds (and the newcomer's in-flight transfers lost
+  with the closed connections). ``_QueuedCatchUpGossipSub`` sends both kinds through the peer's queue, newest
+  ``CATCH_UP_MESSAGES`` only: enough for the race they exist for (a message published just before the
+  peer's subscription arrived); anything older is recovered by the round protocol (statuses, re-announces).
 """
 
 from __future__ import annotations
@@ -41,6 +53,8 @@ MAX_ANNOUNCEMENT_BYTES = 4096
 INBOUND_RPC_LIMIT = 1024 * 1024
 # py-libp2p 0.8.1's per-peer outbound queue holds 32 RPCs (OutBoundQueueSize); keep bursts below half of it.
 _QUEUE_HIGH_WATER = 16
+# Catch-up messages queued for a newly subscribed peer (see the module docstring); below the high water mark.
+CATCH_UP_MESSAGES = 8
 _QUEUE_POLL = 0.002
 
 Validator = Callable[[ID, bytes], bool]
@@ -67,7 +81,8 @@ class GossipConfig:
     receive_buffer: int = 1024
     deliver_own: bool = False
     publish_timeout: float = 10.0
-    stuck_after: float = 1.0  # a full outbound queue that has not shrunk for this long is a wedged peer
+    stuck_after: float = 1.0  # a full outbound queue not shrunk for this long is no longer waited for
+    reset_after: float = 15.0  # ...and one that has not shrunk for this long has its link reset
 
     def __post_init__(self) -> None:
         if not 0 < self.max_message_bytes <= self.max_inbound_rpc_bytes:
@@ -76,8 +91,42 @@ class GossipConfig:
             raise ValueError("GossipConfig needs 0 < degree_low <= degree <= degree_high")
         if not 0 < self.stuck_after < self.publish_timeout:
             raise ValueError("GossipConfig.stuck_after must be in (0, publish_timeout)")
+        if self.reset_after <= self.stuck_after:
+            raise ValueError("GossipConfig.reset_after must be > stuck_after")
         if self.heartbeat_interval < 1 or self.receive_buffer < 1:
             raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
+
+
+class _QueuedCatchUpGossipSub(GossipSub):
+    """GossipSub whose catch-up sends go through the per-peer queue, bounded (see the module docstring)."""
+
+    async def send_recent_messages(self, peer_id: ID, topic: str) -> None:
+        cache = self.mcache
+        newest_first = [
+            entry.mid
+            for entries in cache.history[: cache.window_size]
+            for entry in reversed(entries)
+            if topic in entry.topics
+        ]
+        for mid in reversed(newest_first[:CATCH_UP_MESSAGES]):
+            msg = cache.get(mid)
+            if msg is not None and self._may_send(peer_id, list(msg.topicIDs)):
+                self.send_rpc(peer_id, rpc_pb2.RPC(publish=[msg]))
+
+    def _may_send(self, peer_id: ID, topics: list[str]) -> bool:
+        return self.scorer is None or self.scorer.allow_publish(peer_id, topics)
+
+    async def flush_pending_messages(self, peer_id: ID) -> None:
+        self._prune_pending_messages(peer_id)
+        held = self._pending_messages.pop(peer_id, [])
+        pubsub = self.pubsub
+        if pubsub is None:
+            return
+        topics = {t for t, peers in pubsub.peer_topics.items() if peer_id in peers}
+        for _, rpc in held[-CATCH_UP_MESSAGES:]:
+            msg_topics = [t for m in rpc.publish for t in m.topicIDs]
+            if topics.intersection(msg_topics) and self._may_send(peer_id, msg_topics):
+                self.send_rpc(peer_id, rpc)
 
 
 def announce_topic(run_id: bytes, name: str = "announce") -> str:
@@ -121,11 +170,14 @@ class AnnouncementChannel:
         ``publish()`` enqueues without yielding, so a tight publish loop fills the queues before the sender
         tasks ever run. Waiting until every *draining* queue is at most half full keeps bursts lossless.
 
-        A queue that stops draining (its sending task is blocked on a dead or wedged connection) must not
-        hold up the others: waiting for it made every publish of the node wait ``publish_timeout`` and then
-        fail, so one wedged link silenced the node for everybody (the mid-run join failure). Such a peer is
-        left out of the wait, its pubsub stream reset and its connections closed; peer exchange re-dials it
-        and pubsub opens fresh streams on the new connection.
+        A queue that stops draining must not hold up the others: waiting for it made every publish of the
+        node wait ``publish_timeout`` and then fail, so one slow link silenced the node for everybody. After
+        ``stuck_after`` such a peer is left out of the wait (py-libp2p drops what does not fit its queue;
+        gossip still reaches it through other mesh peers). Only after ``reset_after`` without progress is
+        its link treated as dead: stream reset, connections closed, re-dialed by peer exchange. That used to
+        happen after ``stuck_after`` already, and on shared cores a peer busy for a second (a newcomer
+        loading its state) then lost every connection, its in-flight payload and state transfers with them,
+        and the re-opened streams started the catch-up flood again (see the module docstring).
         GossipError only if no queue made progress at all.
         """
         with trio.move_on_after(self.config.publish_timeout) as scope:
@@ -140,7 +192,7 @@ class AnnouncementChannel:
                         waiting = True
                     elif now - last[1] < self.config.stuck_after:
                         waiting = True
-                    else:
+                    elif now - last[1] >= self.config.reset_after:
                         await self._drop_stuck_peer(peer_id, depth)
                 for peer_id in [p for p in self._progress if p not in full]:
                     del self._progress[peer_id]
@@ -159,13 +211,13 @@ class AnnouncementChannel:
         self._reset_peers.add(peer_id)
         self.stuck_resets += 1
         logger.warning("gossip queue to %s stuck at %d RPCs for %.1fs; resetting its pubsub stream",
-                       peer_id, depth, self.config.stuck_after)
+                       peer_id, depth, self.config.reset_after)
         stream = self._pubsub.peers.get(peer_id)
         if stream is not None:
             await reset_quietly(stream)
-        # A queue wedges when its connection is half dead (the remote stopped reading it: seen as multiselect
-        # timeouts on new streams over it). Closing every connection to the peer lets both sides notice; peer
-        # exchange re-dials it and pubsub opens fresh streams on the new connection.
+        # No progress for this long means the connection is half dead (the remote stopped reading it).
+        # Closing every connection to the peer lets both sides notice; peer exchange re-dials it and pubsub
+        # opens fresh streams on the new connection.
         with trio.move_on_after(2.0):
             try:
                 await self._host.libp2p.get_network().close_peer(peer_id)
@@ -230,7 +282,7 @@ async def open_gossip(
     inline on the receive path.
     """
     cfg = config or GossipConfig()
-    router = GossipSub(
+    router = _QueuedCatchUpGossipSub(
         protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11],
         degree=cfg.degree,
         degree_low=cfg.degree_low,

@@ -303,6 +303,9 @@ class LivenessView:
         seen = self._last_seen.get(peer_id)
         return seen is not None and peer_id not in self._left_at and now - seen <= timeout
 
+    def last_seen(self, peer_id: str) -> float | None:
+        return self._last_seen.get(peer_id)
+
     def highest_step(self, peer_id: str) -> int | None:
         return self._step.get(peer_id)
 

@@ -80,11 +80,21 @@ class RoundState:
     def epoch(self, now: float, collect_timeout: float, leader_timeout: float) -> int | None:
         """Our current epoch of this step (None before the round started here)."""
         if self.epoch_base_time is not None:
-            return self.epoch_base + math.floor((now - self.epoch_base_time) / leader_timeout)
+            return epoch_since(self.epoch_base, self.epoch_base_time, now, leader_timeout)
         anchor = self.anchor
         if anchor is None:
             return None
         return epoch_at(anchor, now, collect_timeout, leader_timeout)
+
+    def next_epoch_at(self, epoch: int, collect_timeout: float, leader_timeout: float) -> float | None:
+        """When epoch ``epoch + 1`` starts on our clock (None before the round started here)."""
+        if self.epoch_base_time is not None:
+            return epoch_start(self.epoch_base, self.epoch_base_time, epoch + 1, leader_timeout)
+        anchor = self.anchor
+        if anchor is None:
+            return None
+        first = anchor + collect_timeout + leader_timeout  # epoch 1 starts here
+        return first if epoch < 1 else epoch_start(1, first, epoch + 1, leader_timeout)
 
     def catch_up(self, epoch: int, now: float, collect_timeout: float, leader_timeout: float) -> None:
         """Jump to a later epoch a peer reached, restarting our epoch clock now.
@@ -114,14 +124,48 @@ class RoundState:
         return old is None or old[0] != ballot[0] or old[1] == ballot[1]
 
 
-def epoch_at(anchor: float, now: float, collect_timeout: float, leader_timeout: float) -> int:
-    """Epoch 0 lasts from the round's start until one leader timeout after the collect deadline; epoch k
-    >= 1 is the k-th leader timeout after that. Time only drives liveness here, never safety.
+# Epoch k >= 1 lasts min(k, EPOCH_GROWTH_CAP) leader timeouts.
+EPOCH_GROWTH_CAP = 4
+
+
+def epoch_length(epoch: int, leader_timeout: float) -> float:
+    """Why epochs grow: with a fixed length, a swarm whose gossip delay has grown past one leader timeout (an
+    overloaded peer, a congested uplink) never lets a leader hear a majority of statuses within its epoch,
+    and every later epoch fails the same way. Longer epochs let the step decide once delays settle at any
+    level below the cap; the cap bounds how long one silent leader can hold a step. Every replica derives
+    the same length from the epoch number alone.
     """
-    deadline = anchor + collect_timeout
-    if now < deadline + leader_timeout:
+    return leader_timeout * min(max(epoch, 1), EPOCH_GROWTH_CAP)
+
+
+def epoch_start(base_epoch: int, base_time: float, epoch: int, leader_timeout: float) -> float:
+    """When ``epoch`` starts on a clock where ``base_epoch`` started at ``base_time``."""
+    t, k = base_time, base_epoch
+    while k < min(epoch, EPOCH_GROWTH_CAP):  # at most EPOCH_GROWTH_CAP iterations
+        t += epoch_length(k, leader_timeout)
+        k += 1
+    return t + max(0, epoch - k) * epoch_length(EPOCH_GROWTH_CAP, leader_timeout)
+
+
+def epoch_since(base_epoch: int, base_time: float, now: float, leader_timeout: float) -> int:
+    """The epoch at ``now`` on a clock where ``base_epoch`` started at ``base_time``."""
+    t, k = base_time, base_epoch
+    while k < EPOCH_GROWTH_CAP and now >= t + epoch_length(k, leader_timeout):
+        t += epoch_length(k, leader_timeout)
+        k += 1
+    if k < EPOCH_GROWTH_CAP:
+        return k
+    return k + max(0, math.floor((now - t) / epoch_length(EPOCH_GROWTH_CAP, leader_timeout)))
+
+
+def epoch_at(anchor: float, now: float, collect_timeout: float, leader_timeout: float) -> int:
+    """Epoch 0 lasts from the round's start until one leader timeout after the collect deadline; epoch k >= 1
+    then lasts ``epoch_length(k)``. Time only drives liveness here, never safety.
+    """
+    first = anchor + collect_timeout + leader_timeout
+    if now < first:
         return 0
-    return math.floor((now - deadline) / leader_timeout)
+    return epoch_since(1, first, now, leader_timeout)
 
 
 def designated_leader(order: tuple[str, ...], epoch: int) -> str:

@@ -19,9 +19,10 @@ LONG = ["--steps", "100000"]  # never reached: the test ends by killing the proc
 WARMUP_ROUNDS = 3  # the manifest default (--warmup-rounds)
 
 
-@pytest.mark.xfail(reason="passes 2 of 3 runs: after the join a gossip link can still wedge (outbound pubsub "
-                          "queue stops draining); gossip.py now resets it instead of stalling every publish, "
-                          "but one run still lost a round's messages for 60 s", strict=False)
+@pytest.mark.xfail(reason="flaky on a loaded machine: the catch-up flood that wedged links after the "
+                          "join is fixed (gossip.py), but at load 15-20 gossip reached peers 3-18 s late "
+                          "while the join's state transfer ran, so no epoch (1 s leader timeout) gathered "
+                          "a majority of statuses and the step stalled", strict=False)
 def test_fifth_peer_joins_at_round_10_and_matches_after_warmup(procs: Procs) -> None:
     peers = procs.swarm(4, RUN, LONG)
     peers[0].wait_step(10, 120)

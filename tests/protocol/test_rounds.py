@@ -24,6 +24,7 @@ from distro_node.protocol.round_actions import (
     ResyncNeeded,
     RoundStalled,
 )
+from distro_node.protocol.round_state import epoch_since, epoch_start
 from distro_node.protocol.rounds import RoundInputError, RoundMachine
 from protocol_swarm_sim import GENESIS_WEIGHTS, RUN_ID, Swarm, payload_hash, test_config
 
@@ -221,7 +222,8 @@ def test_new_leader_builds_its_own_list_when_nobody_voted() -> None:
 
 def test_no_vote_for_an_epoch_already_promised_away() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
-    m = machine(order[3])
+    # Nobody sends heartbeats here: a long liveness timeout keeps the epoch-1 leader from counting as dead.
+    m = machine(order[3], liveness_timeout=30.0)
     feed_all(m, 0, 0.0)
     m.on_tick(3.0)  # entered epoch 1
     out = m.on_inclusion_list(proposal(0, 0, PEERS), 3.1)  # epoch 0's proposal, too late
@@ -312,11 +314,13 @@ def test_leader_without_quorum_does_not_propose_and_the_round_stalls() -> None:
     out = feed_all(m, 0, 0.0, (order[0], order[1]))
     out += m.on_tick(2.1)
     assert not of(out, PublishInclusionList)
-    out = m.on_tick(2.0 + 4 * 1.0 + 0.01)  # every leader had its epoch
+    # Epoch 1 starts at collect deadline + leader timeout (3.0); epochs 1, 2, 3 last 1, 2 and 3 timeouts.
+    assert of(m.on_tick(8.99), RoundStalled) == []
+    out = m.on_tick(3.0 + (1 + 2 + 3) * 1.0 + 0.01)  # every leader had its epoch
     assert of(out, RoundStalled) == [RoundStalled(0)]
     assert [r.announcement for r in of(out, Reannounce)] == [ann(order[0], 0)]
-    assert of(m.on_tick(6.1), Reannounce) == []  # rate limited
-    assert len(of(m.on_tick(7.1), Reannounce)) == 1
+    assert of(m.on_tick(9.1), Reannounce) == []  # rate limited
+    assert len(of(m.on_tick(10.1), Reannounce)) == 1
 
 
 def test_goodbye_of_the_last_missing_peer_closes_the_round_at_once() -> None:
@@ -586,3 +590,15 @@ def test_random_partitions_never_split_replicas_and_heal(seed: int) -> None:
     assert s.disagreements() == []
     assert all(r.machine.next_apply_step == 10 for r in s.replicas.values())
     assert len({r.weights for r in s.replicas.values()}) == 1
+
+
+def test_epochs_grow_to_a_cap_and_every_clock_agrees() -> None:
+    """Epoch k lasts min(k, 4) leader timeouts; a clock restarted at a later epoch keeps the same lengths."""
+    lt = 0.5
+    starts = [epoch_start(1, 10.0, k, lt) for k in range(1, 8)]
+    assert starts == [10.0, 10.5, 11.5, 13.0, 15.0, 17.0, 19.0]
+    for k, t in enumerate(starts, start=1):
+        assert epoch_since(1, 10.0, t, lt) == k
+        assert epoch_since(1, 10.0, t - 1e-6, lt) == k - 1 or k == 1
+        assert epoch_since(k, t, t + 4 * lt, lt) == epoch_since(1, 10.0, t + 4 * lt, lt)
+    assert epoch_since(1, 10.0, 10.0 + 1000 * lt, lt) == 4 + (1000 - 6) // 4

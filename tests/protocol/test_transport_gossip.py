@@ -9,6 +9,7 @@ import pytest
 import trio
 from distro_node.protocol.errors import AnnouncementTooLargeError
 from distro_node.protocol.gossip import (
+    CATCH_UP_MESSAGES,
     MAX_ANNOUNCEMENT_BYTES,
     AnnouncementChannel,
     GossipMessage,
@@ -115,5 +116,30 @@ def test_validator_rejects_and_sees_signed_sender() -> None:
                 msg = await _receive_one(chan)
                 assert msg.data == b"good one"  # the two rejected ones never arrive, and order holds
             assert (hosts[1].peer_id, b"bad one") in seen
+
+    trio.run(body)
+
+
+@pytest.mark.network
+def test_late_subscriber_gets_only_the_newest_messages_through_the_queue() -> None:
+    """py-libp2p replays its whole message-cache window to a new subscriber, straight onto the stream; ours
+    sends only the newest CATCH_UP_MESSAGES, in order, through the peer's outbound queue."""
+
+    async def body() -> None:
+        async with start_hosts(2) as hosts, AsyncExitStack() as stack:
+            early = await stack.enter_async_context(open_gossip(hosts[0], RUN))
+            sent = [f"before {i}".encode() for i in range(3 * CATCH_UP_MESSAGES)]
+            for data in sent:
+                await early.publish(data)
+            late = await stack.enter_async_context(open_gossip(hosts[1], RUN))
+            with trio.fail_after(WAIT):
+                await connect_all_to(hosts, hosts[0])
+                await late.wait_for_subscribers({hosts[0].peer_id}, timeout=WAIT)
+                await early.wait_for_subscribers({hosts[1].peer_id}, timeout=WAIT)
+            await early.publish(b"after")  # a marker: everything replayed was queued before it
+            got = []
+            while not got or got[-1] != b"after":
+                got.append((await _receive_one(late)).data)
+            assert got == [*sent[-CATCH_UP_MESSAGES:], b"after"]
 
     trio.run(body)

@@ -1,0 +1,154 @@
+"""Leader hand-over: an epoch whose leader said goodbye or went silent is left at once, not timed out.
+
+Single machines driven by hand (time passed in), then the swarm simulator for the end-to-end effect and the
+majority-vote safety (no two replicas ever apply different lists).
+"""
+
+from __future__ import annotations
+
+from distro_node.protocol.leader_rank import leader_order
+from distro_node.protocol.membership import Roster, SyncState
+from distro_node.protocol.messages import Goodbye, Heartbeat, Status, Vote
+from distro_node.protocol.round_actions import (
+    ApplyInclusionList,
+    PublishInclusionList,
+    PublishStatus,
+    PublishVote,
+)
+from distro_node.protocol.rounds import RoundMachine
+from protocol_swarm_sim import GENESIS_WEIGHTS, RUN_ID, Swarm, test_config
+from test_rounds import PEERS, ann, feed_all, machine, of, proposal, votes_from
+
+
+def statuses(actions: list[object]) -> list[Status]:
+    return [a.status for a in of(actions, PublishStatus)]
+
+
+def test_goodbye_of_the_epoch0_leader_hands_the_step_to_the_next_leader_at_once() -> None:
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[1])  # leads epoch 1
+    m.on_goodbye(Goodbye(RUN_ID, order[0], 0), 0.05)
+    out = feed_all(m, 0, 0.1, order[1:])
+    # Everyone still here is in: epoch 0 is over for its absent leader, long before the 2 s collect deadline.
+    assert [(st.epoch, st.voted_digest) for st in statuses(out)] == [(1, None)]
+    out = m.on_status(Status(RUN_ID, 0, 1, order[2], -1, None), 0.2)
+    lst = of(out, PublishInclusionList)[0].inclusion_list
+    assert (lst.epoch, lst.leader, lst.departed) == (1, order[1], (order[0],))
+    assert lst.peers == tuple(sorted(order[1:]))
+    # A late epoch-0 list from the leaver can no longer win a vote here: we promised epoch 1 away.
+    assert not of(m.on_inclusion_list(proposal(0, 0, PEERS), 0.25), PublishVote)
+    out = votes_from(m, lst, [order[2]], 0.3)  # 2 of the 3 peers still voting decide
+    assert [a.step for a in of(out, ApplyInclusionList)] == [0] and m.next_step == 1
+
+
+def test_epoch0_is_not_left_before_collection_is_over() -> None:
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[2])
+    m.on_goodbye(Goodbye(RUN_ID, order[0], 0), 0.0)
+    out = feed_all(m, 0, 0.1, order[1:3])
+    assert statuses(out) == []  # order[3] is alive and its payload is still missing
+    out = m.on_announcement(ann(order[3], 0), 0.5)
+    out += m.on_payload_validated(0, order[3], ann(order[3], 0).payload_hash, 0.5)
+    assert [st.epoch for st in statuses(out)] == [1]
+
+
+def test_silent_leader_counts_as_dead_after_the_liveness_timeout() -> None:
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[2], liveness_timeout=1.0)
+    feed_all(m, 0, 0.0, order[1:])
+    out = m.on_tick(0.5)
+    assert statuses(out) == []
+    assert m.next_wakeup() == 1.0  # when the silent leader would count as dead
+    for p in order[1:]:
+        m.on_heartbeat(Heartbeat(RUN_ID, p, 0, GENESIS_WEIGHTS), 0.9)
+    out = m.on_tick(1.2)
+    assert [st.epoch for st in statuses(out)] == [1]  # not 3.0 (collect deadline + leader timeout)
+
+
+def test_silence_of_most_peers_at_once_is_not_taken_as_their_death() -> None:
+    # A process starved of CPU wakes up with every peer's last message old: it is the slow one, so it must
+    # not skip to an epoch it leads (and drag everyone there); the clock alone moves it on.
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[1], liveness_timeout=1.0)
+    feed_all(m, 0, 0.0)
+    m.on_heartbeat(Heartbeat(RUN_ID, order[3], 0, GENESIS_WEIGHTS), 0.5)
+    assert statuses(m.on_tick(2.0)) == []  # only we and order[3] were heard within 1 s: 2 of 4
+    out: list[object] = []
+    for p in order[2:]:
+        out += m.on_heartbeat(Heartbeat(RUN_ID, p, 0, GENESIS_WEIGHTS), 2.1)
+    assert [st.epoch for st in statuses(out)] == [1]  # 3 of 4 heard: now order[0]'s silence counts
+
+
+def test_every_absent_leader_in_a_row_is_skipped() -> None:
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[2])  # leads epoch 2
+    for p in order[:2]:
+        m.on_goodbye(Goodbye(RUN_ID, p, 0), 0.0)
+    out = feed_all(m, 0, 0.1, order[2:])
+    assert [st.epoch for st in statuses(out)] == [2]
+    out = m.on_status(Status(RUN_ID, 0, 2, order[3], -1, None), 0.2)
+    lst = of(out, PublishInclusionList)[0].inclusion_list
+    assert (lst.epoch, lst.departed) == (2, tuple(sorted(order[:2])))
+    out = m.on_vote(Vote(RUN_ID, 0, 2, order[3], lst.digest()), 0.3)
+    assert [a.step for a in of(out, ApplyInclusionList)] == [0]
+
+
+def test_present_leader_keeps_its_epoch() -> None:
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[2], liveness_timeout=1.0)
+    feed_all(m, 0, 0.0, order[1:])
+    for t in (0.8, 1.6, 2.4):
+        for p in (order[0], order[1], order[3]):
+            m.on_heartbeat(Heartbeat(RUN_ID, p, 0, GENESIS_WEIGHTS), t)
+    assert statuses(m.on_tick(2.5)) == []  # epoch 0 runs to collect deadline + leader timeout (3.0)
+    assert [st.epoch for st in statuses(m.on_tick(3.0))] == [1]
+
+
+def test_non_voter_does_not_spin_epochs_when_every_leader_is_silent() -> None:
+    m = RoundMachine(test_config(), "newcomer", SyncState(0, Roster.genesis(PEERS)), now=0.0)
+    m.on_announcement(ann(PEERS[0], 0), 0.0)
+    seen: list[int] = []
+    for t in (5.0, 5.05, 5.1, 10.0):
+        seen += [st.epoch for st in statuses(m.on_tick(t))]
+    # The clock alone (epoch 1 from 3.0, epoch k lasting min(k, 4) timeouts), no jumps on repeated ticks.
+    assert seen == [2, 4]
+
+
+def _leader_step(victim_pick: int = 0) -> tuple[str, int]:
+    """A peer and a step >= 3 it leads while the step before is led by someone else."""
+    for step in range(3, 50):
+        leader = leader_order(RUN_ID, step, PEERS)[victim_pick]
+        if leader_order(RUN_ID, step - 1, PEERS)[0] != leader:
+            return leader, step
+    raise AssertionError("no suitable step")
+
+
+def test_swarm_goes_on_at_once_when_the_next_leader_leaves() -> None:
+    s = Swarm(PEERS, seed=11, steps=8)
+    leaver, step = _leader_step()
+    s.run_until_applied(step - 1, limit=30.0)
+    s.leave(leaver)
+    left_at = s.now
+    rest = [p for p in PEERS if p != leaver]
+    s.run_until_applied(step + 1, limit=60.0, peers=rest)
+    r = s.replicas[rest[0]]
+    # Before: epoch 0 of the leaver's step ran to its collect deadline plus a leader timeout (3 s here).
+    assert r.decided_at[step] - left_at < 1.5
+    assert r.applied_lists[step].leader != leaver and leaver in r.applied_lists[step].departed
+    assert s.disagreements() == []
+
+
+def test_swarm_skips_a_crashed_leader_once_it_is_known_dead() -> None:
+    s = Swarm(PEERS, seed=12, steps=10)
+    victim, step = _leader_step()
+    s.run_until_applied(step - 2, limit=40.0)
+    s.crash(victim)
+    rest = [p for p in PEERS if p != victim]
+    s.run_until_applied(step + 1, limit=80.0, peers=rest)
+    r = s.replicas[rest[0]]
+    lst = r.applied_lists[step]
+    assert lst.leader != victim and victim not in lst.peers
+    # The step before waited for the victim (alive by liveness until 3 s of silence); the victim's own step
+    # starts after that wait and is handed over as soon as the silence counts, not 3 s after its start.
+    assert r.decided_at[step] - r.decided_at[step - 1] < 2.0
+    assert s.disagreements() == [] and len({s.replicas[p].weights for p in rest}) == 1
