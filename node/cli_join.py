@@ -7,8 +7,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from distro_node.optimizer.config import SCHEDULE_KINDS
+
 from .cli_common import UsageError
 from .cli_simulate import STRATEGIES
+from .config_schema import DATA_KINDS, TOKEN_DTYPES
+from .device import DEVICES, PRECISIONS
+from .faults import FaultSpec, FaultSpecError, fault_usage
+from .peer.local import LocalSettings
 from .peer.manifest import RoundSettings
 from .peer.output import FORMATS
 from .peer.settings import DEMO_DISTRO_LR, founder_manifest, load_join_settings
@@ -82,6 +88,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--seed", type=int, default=None, help="model init seed (default 0) [run.seed]")
     run.add_argument("--data-seed", type=int, default=None, help="embedded dataset seed (default 0) "
                                                                  "[run.data.seed]")
+    run.add_argument("--data-kind", default=None, choices=DATA_KINDS,
+                     help="training data: embedded (default; offline Markov corpus), text (a file of bytes, "
+                          "vocab 256) or tokens (flat little-endian uint16/uint32 ids); a file's sha256 and "
+                          "size go into the run manifest, its path never does (see --data-path) "
+                          "[run.data.kind]")
+    run.add_argument("--token-dtype", default=None, choices=TOKEN_DTYPES,
+                     help="token files: id width (default auto: from a .u16/.u32 name) "
+                          "[run.data.token_dtype]")
+    run.add_argument("--schedule", default=None, choices=SCHEDULE_KINDS,
+                     help="learning-rate schedule after warmup: constant (default), cosine (down to "
+                          "lr x --min-lr-ratio at --total-steps) or wsd (its decay_steps from the config) "
+                          "[run.strategy_settings.schedule.kind]")
+    run.add_argument("--warmup-steps", type=int, default=None,
+                     help="linear warmup from lr/N at step 0 to lr at step N (default 0) "
+                          "[run.strategy_settings.schedule.warmup_steps]")
+    run.add_argument("--total-steps", type=int, default=None,
+                     help="horizon of the cosine/wsd decay: the step where lr reaches its floor (must exceed "
+                          "--warmup-steps) [run.strategy_settings.schedule.total_steps]")
+    run.add_argument("--min-lr-ratio", type=float, default=None,
+                     help="floor of the decay as a fraction of lr (default 0.1) "
+                          "[run.strategy_settings.schedule.min_lr_ratio]")
+    run.add_argument("--grad-clip", type=float, default=None,
+                     help="clip each peer's gradient to this global L2 norm before compression; 0 turns "
+                          "clipping off (default 1.0) [run.grad_clip]")
     run.add_argument("--round-timeout", type=float, default=None,
                      help="seconds a round collects payloads before closing without missing peers "
                           "(default 10) [network.round_deadline_seconds]")
@@ -103,10 +133,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     local.add_argument("--log-format", default="text", choices=FORMATS,
                        help="text: one readable line per step; json: one JSON object per line (for tools)")
     local.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    local.add_argument("--device", default=None, choices=DEVICES,
+                       help="where this peer's forward/backward runs: auto (default: cuda, else mps, else "
+                            "cpu), cpu, cuda or mps; the weights update runs on CPU everywhere, so peers "
+                            "with different devices train one run [device]")
+    local.add_argument("--precision", default=None, choices=PRECISIONS,
+                       help="forward pass precision: auto (default: bf16 autocast on cuda, fp32 elsewhere), "
+                            "fp32 or bf16 (autocast; weights and gradients stay fp32) [precision]")
+    local.add_argument("--grad-accum", type=int, default=None, metavar="N",
+                       help="split the run's per-peer batch into N micro-batches and average their "
+                            "gradients: less memory, the same run (N must divide the batch size; default 1) "
+                            "[run.grad_accum]")
+    local.add_argument("--data-path", type=Path, default=None,
+                       help="this machine's copy of the run's data file (founders: the file to train on, "
+                            "with --data-kind); joiners must hold a file with the manifest's sha256 and size "
+                            "[run.data.path]")
     local.add_argument("--comm-delay", type=float, default=0.0, metavar="SECONDS",
                        help="BENCHMARK KNOB, not for real runs: hold this peer's own announcement back by "
                             "SECONDS after its payload is ready, as if the upload took that long, to emulate "
                             "a slow link on loopback (bench/overlap.py) (default 0)")
+    bad = p.add_argument_group("fault injection (demos and tests of peer scoring; never in real runs)")
+    bad.add_argument("--fault", default=None, metavar="SPEC",
+                     help="make this peer degraded or malicious: what it announces and serves is its honest "
+                          f"payload rewritten by node/faults.py. SPEC is one of: {fault_usage()}. E.g. "
+                          "sign-flip=100, scale=100 (needs --values bf16/fp32/int8: 1-bit values erase "
+                          "magnitudes on the wire), silent, equivocate")
+    bad.add_argument("--fault-start", type=int, default=0, metavar="STEP",
+                     help="behave honestly before this step (default 0)")
     p.set_defaults(func=run_join)
 
 
@@ -132,6 +185,17 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "run.seq_len": args.seq_len,
         "run.seed": args.seed,
         "run.data.seed": args.data_seed,
+        "run.data.kind": args.data_kind,
+        "run.data.path": args.data_path,
+        "run.data.token_dtype": args.token_dtype,
+        "run.grad_clip": args.grad_clip,
+        "run.grad_accum": args.grad_accum,
+        "device": args.device,
+        "precision": args.precision,
+        "run.strategy_settings.schedule.kind": args.schedule,
+        "run.strategy_settings.schedule.warmup_steps": args.warmup_steps,
+        "run.strategy_settings.schedule.total_steps": args.total_steps,
+        "run.strategy_settings.schedule.min_lr_ratio": args.min_lr_ratio,
         "run.strategy_settings.schedule.lr": args.lr,
         "run.strategy_settings.topk": args.topk,
         "run.strategy_settings.value_codec": args.values,
@@ -160,8 +224,20 @@ def _check(args: argparse.Namespace) -> bytes | None:
     return run_id
 
 
+def _fault(args: argparse.Namespace) -> FaultSpec | None:
+    if args.fault is None:
+        if args.fault_start != 0:
+            raise UsageError("--fault-start", "needs --fault")
+        return None
+    try:
+        return FaultSpec.parse(args.fault, start_step=args.fault_start)
+    except FaultSpecError as exc:
+        raise UsageError("--fault" if args.fault_start >= 0 else "--fault-start", str(exc)) from None
+
+
 def run_join(args: argparse.Namespace) -> int:
     expected = _check(args)
+    fault = _fault(args)
     settings = load_join_settings(args.config, _flags(args))
     cfg = settings.config
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -181,8 +257,13 @@ def run_join(args: argparse.Namespace) -> int:
                            leader_timeout=args.leader_timeout, liveness_timeout=args.liveness_timeout,
                            warmup_rounds=args.warmup_rounds)
     bootstrap = cfg.network.bootstrap
+    local = LocalSettings.from_config(cfg)
+    manifest = None if bootstrap else founder_manifest(settings, rounds)
+    if manifest is not None:
+        local.micro_batch(manifest.batch_size)  # a founder's bad --grad-accum stops it before the network
     options = PeerOptions(
-        manifest=None if bootstrap else founder_manifest(settings, rounds),
+        manifest=manifest,
+        local=local,
         bootstrap=bootstrap,
         expected_run_id=expected,
         listen=cfg.network.listen,
@@ -198,6 +279,7 @@ def run_join(args: argparse.Namespace) -> int:
         checkpoint_every=cfg.checkpoint.every_steps,
         checkpoint_keep=cfg.checkpoint.keep_last,
         comm_delay=args.comm_delay,
+        fault=fault,
     )
     try:
         return trio.run(PeerNode(options).run)

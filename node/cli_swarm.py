@@ -8,6 +8,9 @@ peers report.
 
 Every child gets its own session (Ctrl-C in the terminal reaches only the launcher), and the launcher stops
 each by pid: SIGTERM (the daemon leaves gracefully and checkpoints), then SIGKILL after a bounded wait.
+
+``--fault INDEX:SPEC`` makes peer INDEX run ``join --fault SPEC`` (node/faults.py), to watch the swarm score
+and ban it: every ban a peer reports is printed as it happens, and the summary judges the honest peers only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from statistics import fmean
 from typing import Any, TextIO
 
 from .cli_common import UsageError
+from .faults import FaultSpec, FaultSpecError, fault_usage
 from .presets import PRESETS
 
 # 4 peers x 200 steps of the tiny preset take ~2 minutes on 2 busy CPU cores (150 steps: 85 s measured)
@@ -57,6 +61,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
     p.add_argument("--round-timeout", type=float, default=10.0,
                    help="seconds a round waits for a slow peer (default 10)")
+    p.add_argument("--values", default=None, choices=("fp32", "bf16", "int8", "1bit"),
+                   help="DisTrO value coding on the wire (default: join's, 1bit)")
+    p.add_argument("--fault", action="append", default=None, metavar="INDEX:SPEC",
+                   help="make peer INDEX (0 founds the run) degraded or malicious with `join --fault SPEC`; "
+                        f"repeatable. SPEC: {fault_usage()}. E.g. 3:scale=100 with --values bf16")
+    p.add_argument("--fault-start", type=int, default=0, metavar="STEP",
+                   help="faulty peers behave honestly before this step (default 0)")
     p.add_argument("--run-dir", type=Path, default=None,
                    help="folder for the peers' data dirs, logs, summary.json and loss.png "
                         "(default ./swarm-runs/<time>)")
@@ -73,6 +84,7 @@ class Peer:
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     left: bool = False
+    fault: str | None = None  # the --fault SPEC this peer runs with
 
     @property
     def name(self) -> str:
@@ -85,10 +97,17 @@ class Swarm:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.peers: list[Peer] = []
+        self.bans: dict[str, dict[str, int]] = {}  # banned peer name -> reporting peer name -> step
         self.events: queue.Queue[tuple[int, dict[str, Any] | None]] = queue.Queue()
 
-    def start(self, join_args: list[str]) -> Peer:
+    def honest(self) -> list[Peer]:
+        """Peers started without --fault: the ones the summary judges."""
+        return [p for p in self.peers if p.fault is None]
+
+    def start(self, join_args: list[str], fault: str | None = None, fault_start: int = 0) -> Peer:
         index = len(self.peers)
+        if fault is not None:
+            join_args = [*join_args, "--fault", fault, "--fault-start", str(fault_start)]
         data_dir = self.run_dir / f"peer{index}"
         data_dir.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "distro_node.node.cli", "join", *join_args, "--data-dir", str(data_dir),
@@ -96,7 +115,7 @@ class Swarm:
         stderr = open(data_dir / "stderr.log", "w")  # closed in stop()
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                    env={**os.environ, **CHILD_ENV}, start_new_session=True)
-        peer = Peer(index, process, stderr)
+        peer = Peer(index, process, stderr, fault=fault)
         self.peers.append(peer)
         threading.Thread(target=self._read, args=(peer,), daemon=True).start()
         return peer
@@ -154,7 +173,8 @@ def _deltas(peer: Peer, row: dict[str, Any]) -> None:
     row["_recv_delta"] = row["recv_bytes"] - (previous["recv_bytes"] if previous else 0)
 
 
-def _check(args: argparse.Namespace) -> None:
+def _check(args: argparse.Namespace) -> dict[int, str]:
+    """Checks the flags; returns the faults as peer index -> SPEC."""
     for name in ("peers", "steps", "batch_size", "seq_len"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}", f"must be >= 1, got {getattr(args, name)}")
@@ -162,10 +182,30 @@ def _check(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and not value > 0:
             raise UsageError(f"--{name.replace('_', '-')}", f"must be > 0, got {value}")
+    if args.fault_start < 0:
+        raise UsageError("--fault-start", f"must be >= 0, got {args.fault_start}")
+    faults: dict[int, str] = {}
+    for text in args.fault or []:
+        index, sep, spec = text.partition(":")
+        if not sep or not index.strip().isdigit():
+            raise UsageError("--fault", f"expected INDEX:SPEC (e.g. 3:scale=100), got {text!r}")
+        i = int(index)
+        if not 0 <= i < args.peers:
+            raise UsageError("--fault", f"peer index must be in [0, {args.peers}), got {i}")
+        if i in faults:
+            raise UsageError("--fault", f"peer {i} has two faults")
+        try:
+            FaultSpec.parse(spec)
+        except FaultSpecError as exc:
+            raise UsageError("--fault", str(exc)) from None
+        faults[i] = spec.strip()
+    if len(faults) >= args.peers:
+        raise UsageError("--fault", "at least one peer must be honest")
+    return faults
 
 
 def run_swarm(args: argparse.Namespace) -> int:
-    _check(args)
+    faults = _check(args)
     run_dir: Path = args.run_dir or Path("swarm-runs") / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     from .model import param_count
@@ -177,12 +217,14 @@ def run_swarm(args: argparse.Namespace) -> int:
                 "--round-timeout", str(args.round_timeout), "--genesis-peers", str(args.peers)]
     if args.lr is not None:
         run_args += ["--lr", str(args.lr)]
+    if args.values is not None:
+        run_args += ["--values", args.values]
     local = ["--steps", str(args.steps)]
     swarm = Swarm(run_dir)
     start = time.monotonic()
     interrupted = False
     try:
-        _run(swarm, args, run_args, local, dense, start, start + timeout)
+        _run(swarm, args, run_args, local, dense, start, start + timeout, faults)
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping every peer", flush=True)
@@ -195,8 +237,8 @@ def run_swarm(args: argparse.Namespace) -> int:
 
 
 def _run(swarm: Swarm, args: argparse.Namespace, run_args: list[str], local: list[str], dense: int,
-         start: float, deadline: float) -> None:
-    founder = swarm.start([*run_args, *local])
+         start: float, deadline: float, faults: dict[int, str]) -> None:
+    founder = swarm.start([*run_args, *local], faults.get(0), args.fault_start)
     command = ""
     while not command:
         index, event = _next(swarm, deadline)
@@ -209,8 +251,10 @@ def _run(swarm: Swarm, args: argparse.Namespace, run_args: list[str], local: lis
     print(f"run {founder.info['run_id'][:16]}: {args.peers} peers, {args.steps} steps, preset {args.preset}; "
           f"logs in {swarm.run_dir}", flush=True)
     joiner = shlex.split(command)[2:]
-    for _ in range(1, args.peers):
-        swarm.start([*joiner, *local])
+    for i in range(1, args.peers):
+        swarm.start([*joiner, *local], faults.get(i), args.fault_start)
+    if faults:
+        print("faulty: " + ", ".join(f"peer{i} {spec}" for i, spec in sorted(faults.items())), flush=True)
     every = max(1, args.steps // 25)
     shown = -1
     done = 0
@@ -227,14 +271,31 @@ def _run(swarm: Swarm, args: argparse.Namespace, run_args: list[str], local: lis
             peer.left = True
         elif kind == "error":
             print(f"{peer.name}: {event.get('reason')}", flush=True)
+        elif kind == "banned":
+            print(_ban_line(swarm, peer, event), flush=True)
         elif kind == "step":
             _deltas(peer, event)
             peer.rows[event["step"]] = event
             step = event["step"]
             rows = [p.rows[step] for p in swarm.peers if step in p.rows]
-            if step > shown and len(rows) == args.peers and (step % every == 0 or step == args.steps - 1):
+            ready = all(step in p.rows for p in swarm.honest())
+            if step > shown and ready and (step % every == 0 or step == args.steps - 1):
                 shown = step
                 print(_progress(step, args.steps, rows, dense, start), flush=True)
+
+
+def _ban_line(swarm: Swarm, reporter: Peer, event: dict[str, Any]) -> str:
+    """One console line per ban a peer reports; the first report of a peer's ban says why."""
+    banned_id = str(event.get("peer", ""))
+    name = next((p.name for p in swarm.peers if p.info.get("peer_id") == banned_id), "an unknown peer")
+    swarm.bans.setdefault(name, {})[reporter.name] = event.get("step")
+    if len(swarm.bans[name]) > 1:
+        itself = " (itself)" if reporter.name == name else ""
+        return f"ban: {name} also banned by {reporter.name}{itself} after step {event.get('step')}"
+    score = event.get("score")
+    score_text = f", score {score:.2f}" if isinstance(score, int | float) else ""
+    return (f"ban: {name} (...{banned_id[-8:]}) banned by {reporter.name} after step {event.get('step')} "
+            f"({event.get('reason')}{score_text}); excluded from step {event.get('from_step')}")
 
 
 def _next(swarm: Swarm, deadline: float) -> tuple[int, dict[str, Any] | None]:
@@ -252,10 +313,11 @@ def _summarise(swarm: Swarm, args: argparse.Namespace, dense: int, wall: float, 
     from .data.embedded import markov_source
     from .plots import plot_losses
 
-    peers = swarm.peers
-    last = {p.name: max(p.rows) if p.rows else None for p in peers}
+    peers = swarm.honest()  # faulty peers (--fault) are shown, not judged
+    last = {p.name: max(p.rows) if p.rows else None for p in swarm.peers}
     final_hash = {p.name: p.rows[s]["weights_hash"] if s is not None else None
-                  for p, s in zip(peers, last.values(), strict=True)}
+                  for p, s in zip(swarm.peers, last.values(), strict=True)}
+    honest_hash = {p.name: final_hash[p.name] for p in peers}
     common = [s for s in range(args.steps) if all(s in p.rows for p in peers)]
     mean_loss = {s: fmean(ls) for s in common
                  if (ls := [p.rows[s]["loss"] for p in peers if p.rows[s].get("loss") is not None])}
@@ -267,7 +329,7 @@ def _summarise(swarm: Swarm, args: argparse.Namespace, dense: int, wall: float, 
             phases.setdefault(k, []).append(v)
     head = [mean_loss[s] for s in sorted(mean_loss)[:5]]
     tail = [mean_loss[s] for s in sorted(mean_loss)[-5:]]
-    agreed = len(set(final_hash.values())) == 1 and None not in final_hash.values()
+    agreed = len(set(honest_hash.values())) == 1 and None not in honest_hash.values()
     summary: dict[str, Any] = {
         "peers": args.peers, "steps": args.steps, "preset": args.preset, "wall_seconds": round(wall, 1),
         "interrupted": interrupted, "steps_completed": {n: (s + 1 if s is not None else 0)
@@ -280,18 +342,21 @@ def _summarise(swarm: Swarm, args: argparse.Namespace, dense: int, wall: float, 
         "sent_bytes_per_peer_step": fmean(r["_sent_delta"] for r in all_rows) if all_rows else None,
         "recv_bytes_per_peer_step": fmean(r["_recv_delta"] for r in all_rows) if all_rows else None,
         "phase_seconds_mean": {k: fmean(v) for k, v in phases.items()},
-        "exit_codes": {p.name: p.process.returncode for p in peers},
+        "exit_codes": {p.name: p.process.returncode for p in swarm.peers},
+        "faults": {p.name: p.fault for p in swarm.peers if p.fault is not None},
+        "bans": swarm.bans,
         "mean_loss_by_step": {str(s): v for s, v in sorted(mean_loss.items())},
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     curves = {p.name: [(s, r["loss"]) for s, r in sorted(p.rows.items()) if r.get("loss") is not None]
-              for p in peers}
+              for p in swarm.peers}
     floor = markov_source(0).loss_floor
     plot_losses(curves, run_dir / "loss.png", title=f"distro-node swarm: {args.peers} peers, {args.preset}",
                 floor=floor)
     fmt = (lambda v: "-" if v is None else f"{v:.4f}")  # noqa: E731
     reduction = summary["reduction_vs_dense"]
-    print(f"\nsummary: {len(common)}/{args.steps} steps on all {args.peers} peers in {wall:.0f}s; "
+    who = f"all {args.peers} peers" if len(peers) == args.peers else f"the {len(peers)} honest peers"
+    print(f"\nsummary: {len(common)}/{args.steps} steps on {who} in {wall:.0f}s; "
           f"loss {fmt(summary['loss_first'])} -> {fmt(summary['loss_last'])}"
           + (f" (floor {floor:.3f})" if floor else ""), flush=True)
     if payload:
@@ -299,8 +364,14 @@ def _summarise(swarm: Swarm, args: argparse.Namespace, dense: int, wall: float, 
               f"{reduction:,.0f}x smaller", flush=True)
     print("  step time by phase: " + " ".join(f"{k} {v * 1000:.0f}ms"
                                               for k, v in summary["phase_seconds_mean"].items()), flush=True)
-    hashes = sorted({(h or "-")[:16] for h in final_hash.values()})
-    print(f"  weights identical on every peer: {'yes' if agreed else 'NO'} ({', '.join(hashes)})", flush=True)
+    hashes = sorted({(h or "-")[:16] for h in honest_hash.values()})
+    every = "every peer" if len(peers) == args.peers else "every honest peer"
+    print(f"  weights identical on {every}: {'yes' if agreed else 'NO'} ({', '.join(hashes)})", flush=True)
+    for name, spec in summary["faults"].items():
+        by = swarm.bans.get(name, {})
+        verdict = (f"banned by {len(by)} peer(s) after step(s) {sorted(set(by.values()))}" if by
+                   else "never banned")
+        print(f"  {name} ({spec}): {verdict}; final weights {(final_hash[name] or '-')[:16]}", flush=True)
     print(f"  wrote {run_dir / 'summary.json'} and {run_dir / 'loss.png'}", flush=True)
     ok = agreed and not interrupted and len(common) == args.steps
     return 0 if ok else 1

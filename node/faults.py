@@ -17,8 +17,8 @@ is tested by the same code that a test swarm runs. Faults are parsed from short 
 Scale and the 1-bit value codec (the default): the wire carries only signs, so ``scale=F`` and
 ``random-scale`` are erased by encoding (F > 0) and the peer is, on the wire, an honest one; F < 0 is a sign
 flip. That is the intended defence, not a gap: a scale attack only matters with a value codec that carries
-magnitudes (fp32, bf16, int8), where ``aggregation = "clipped"`` bounds it. ``sign-flip=F`` likewise reduces
-to a plain sign flip under 1-bit values.
+magnitudes (fp32, bf16, int8), where ``aggregation = "clipped"`` bounds it and the score keeper's norm term
+(protocol/scores.py) bans the peer. ``sign-flip=F`` likewise reduces to a plain sign flip under 1-bit values.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from distro_node.compression.payload import Header, Payload, PayloadSpec, SparseTensor
-from distro_node.compression.wire import encode
+from distro_node.compression.wire import decode, encode
 
 # kind -> (takes a value, value required, default value)
 _KINDS: dict[str, tuple[bool, bool, float | None]] = {
@@ -45,6 +45,14 @@ _KINDS: dict[str, tuple[bool, bool, float | None]] = {
     "equivocate": (False, False, None),
 }
 FAULT_KINDS: tuple[str, ...] = tuple(_KINDS)
+
+
+def fault_usage() -> str:
+    """The kinds with their value syntax, e.g. ``sign-flip[=F], scale=F, ..., silent`` (for ``--help``)."""
+    forms = []
+    for kind, (takes, required, _) in _KINDS.items():
+        forms.append(f"{kind}=F" if required else f"{kind}[=F]" if takes else kind)
+    return ", ".join(forms)
 
 
 class FaultSpecError(ValueError):
@@ -179,6 +187,12 @@ class FaultInjector:
         self.fault = fault
         self.seed = seed
         self._previous: bytes | None = None
+
+    def rewrite(self, step: int, data: bytes, spec: PayloadSpec, run_id: bytes, peer_id: str) -> list[bytes]:
+        """:meth:`emit` for a caller that holds its honest payload as encoded bytes (the daemon's trainer
+        encodes as it prepares): decode them back, with full validation, and emit from there."""
+        header, payload = decode(data, spec, run_id=run_id, sender=peer_id, step=step)
+        return self.emit(step, header, payload, spec)
 
     def emit(self, step: int, header: Header, payload: Payload, spec: PayloadSpec) -> list[bytes]:
         """What goes on the wire for this step: no message (silent), one, or two different ones

@@ -102,6 +102,20 @@ class NodeMetrics:
             registry=r,
         )
         self._banned = Counter(f"{PREFIX}_peers_banned", "Peers excluded for misbehaviour", registry=r)
+        # Scores are in [-1, 1] (agreement) or unbounded below (reputation), so neither is a _ratio.
+        self._agreement_min = Gauge(
+            f"{PREFIX}_round_agreement_min",
+            "Lowest leave-one-out sign agreement of an included payload with the others, last applied round",
+            registry=r,
+        )
+        self._agreement_median = Gauge(
+            f"{PREFIX}_round_agreement_median",
+            "Median leave-one-out sign agreement of the included payloads, last applied round", registry=r,
+        )
+        self._score_min = Gauge(
+            f"{PREFIX}_peer_score_min", "Lowest reputation among peers not banned (a ban is below -1)",
+            registry=r,
+        )
         self._agreement = Gauge(
             f"{PREFIX}_weights_hash_agreement_ratio",
             "Fraction of announcing peers whose weights hash equals the majority hash", registry=r,
@@ -172,6 +186,19 @@ class NodeMetrics:
 
     def peer_banned(self, count: int = 1) -> None:
         self._banned.inc(_count("count", count))
+
+    def round_scores(self, agreement_min: float, agreement_median: float, score_min: float | None) -> None:
+        """One applied round's agreement figures, and the lowest reputation (None: nobody tracked yet)."""
+        for name, value in (("agreement_min", agreement_min), ("agreement_median", agreement_median)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not -1.0 <= value <= 1.0:
+                raise MetricsError(name, f"must be in [-1, 1], got {value!r}")
+        self._agreement_min.set(agreement_min)
+        self._agreement_median.set(agreement_median)
+        if score_min is not None:
+            finite = isinstance(score_min, int | float) and math.isfinite(score_min)
+            if isinstance(score_min, bool) or not finite:
+                raise MetricsError("score_min", f"must be a finite number, got {score_min!r}")
+            self._score_min.set(score_min)
 
     def weights_agreement(self, agreeing: int, announcing: int) -> None:
         """``agreeing`` of ``announcing`` peers reported the majority weights hash."""

@@ -20,12 +20,12 @@ import torch
 from distro_node.compression.errors import PayloadError
 from distro_node.compression.payload import Header, Payload, PayloadSpec
 from distro_node.compression.wire import decode, encode
-from distro_node.optimizer.agreement import leave_one_out_agreement
 from distro_node.optimizer.base import Strategy
 from distro_node.protocol.scores import ScoreKeeper
 
 from .faults import FaultInjector, FaultSpec
 from .hashing import model_hash
+from .scoring import round_observations
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 BatchFn = Callable[[int, str], Batch]
@@ -226,9 +226,8 @@ class SimulatedSwarm:
         if self.scores is None:
             return {}, []
         keeper = self.scores
-        agreements = leave_one_out_agreement(self._spec.tensors, received)
-        scores = {peer: a.score for peer, a in agreements.items()}
-        banned = keeper.observe_round(step, scores)
+        scores, norms = round_observations(self._spec.tensors, received)
+        banned = keeper.observe_round(step, scores, norms)
         for peer in invalid:
             banned += [peer] if keeper.penalize_invalid(step, peer) else []
         for peer in equivocators:

@@ -11,7 +11,11 @@ Rules (the reasons are in the docstrings of the functions that implement them):
 * Leaders: the active roster ranked by sha256(run_id, step, peer) (:mod:`.leader_rank`). Epoch 0 belongs to
   the best-ranked peer, which proposes as soon as every live active peer's payload is validated, else at the
   collect deadline. If nothing is decided one ``leader_timeout`` after the deadline, epoch 1 starts and the
-  next-ranked peer leads, and so on, cycling through the roster while the step stays undecided.
+  next-ranked peer leads, and so on, cycling through the roster while the step stays undecided; epoch k
+  lasts min(k, 4) leader timeouts (``round_state.epoch_length``), so a swarm whose gossip delays have grown
+  still decides. An epoch whose leader said goodbye or has been silent for ``liveness_timeout`` (while most
+  of the roster is heard from) is left at once (:meth:`RoundMachine._skip_absent_leaders`; epoch 0 once its
+  leader would have proposed).
 * Deciding (why votes): a list is decided once a strict majority of the active roster voted for it in one
   epoch. A rule based only on timeouts and ranks ("take the best list whose leader's turn has come") lets a
   partition's minority decide a list of its own whenever its fallback leader fetched a majority of payloads
@@ -34,13 +38,19 @@ Rules (the reasons are in the docstrings of the functions that implement them):
   our own announced weights hash is compared to the majority of the included peers' hashes.
 * Laggards: a replica that decided a step still answers statuses for it (its status carries its vote, and
   it re-proposes the decided list when it leads the asked epoch), so a peer that missed votes catches up.
+* Bans (:meth:`RoundMachine.on_banned`): the driver scores peers from what every honest replica shares
+  (decided lists and their payloads) and reports a ban with the first step it applies to. From that step on
+  the machine does not wait for, fetch (before a decision) or propose the banned peer, included or warming,
+  and refuses an epoch-0 proposal that lists it. Later epochs are not refused: their leader may be bound to
+  re-propose a list others already voted for, and refusing that forever would stall the step. A banned
+  peer stays in the roster until it has missed ``max_missed_rounds`` lists, like a crashed one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from .leader_rank import leader_order
@@ -89,6 +99,7 @@ COUNTERS: tuple[str, ...] = (
     "rounds_applied",
     "rounds_stalled",
     "resyncs_requested",
+    "banned_in_list",
 )
 
 
@@ -125,6 +136,8 @@ class RoundMachine:
         self._last_resync: dict[str, float] = {}
         self._rounds: dict[int, RoundState] = {}
         self._rosters: dict[int, Roster] = {}
+        self._banned: dict[str, int] = {}  # peer -> first step its ban applies to (bans are never lifted)
+        self._refused: set[tuple[int, bytes]] = set()  # (step, digest) of lists refused for a banned peer
         self._frontier = 0
         self._applied_upto = 0
         self._reset(state)
@@ -153,6 +166,10 @@ class RoundMachine:
     @property
     def liveness(self) -> LivenessView:
         return self._liveness
+
+    def banned_at(self, step: int) -> frozenset[str]:
+        """Peers whose ban applies to ``step``."""
+        return frozenset(p for p, first in self._banned.items() if first <= step)
 
     def decided_list(self, step: int) -> InclusionList | None:
         rnd = self._rounds.get(step)
@@ -190,12 +207,16 @@ class RoundMachine:
         if rnd is not None and rnd.anchor is not None and rnd.decided is None and epoch is not None:
             deadline = rnd.anchor + cfg.collect_timeout
             times.append(deadline)
-            if rnd.epoch_base_time is None:
-                times.append(deadline + max(epoch + 1, 2) * cfg.leader_timeout)
-            else:
-                times.append(rnd.epoch_base_time + (epoch - rnd.epoch_base + 1) * cfg.leader_timeout)
+            nxt = rnd.next_epoch_at(epoch, cfg.collect_timeout, cfg.leader_timeout)
+            if nxt is not None:
+                times.append(nxt)
             if rnd.last_reannounce is not None:
                 times.append(rnd.last_reannounce + cfg.reannounce_interval)
+            order = self.leader_order(rnd.step)
+            leader = designated_leader(order, epoch) if order else self.self_id
+            seen = None if leader == self.self_id else self._liveness.last_seen(leader)
+            if seen is not None:  # when this epoch's leader would count as dead (see _skip_absent_leaders)
+                times.append(seen + cfg.liveness_timeout)
         for r in self._rounds.values():
             times += [at + cfg.fetch_retry_interval for at in r.fetch_requested_at.values()]
             if r.decided_at is not None and not r.applied:
@@ -403,6 +424,22 @@ class RoundMachine:
 
     # ----------------------------------------------------------------- inputs: membership and time
 
+    def on_banned(self, peers: Iterable[str], step: int, now: float) -> list[Action]:
+        """The driver's score keeper banned ``peers`` from ``step`` on (see the module docstring).
+
+        A peer banned twice keeps its earliest step. Only bans already in force when a list is built or voted
+        on change anything: an earlier, already decided step is never revisited.
+        """
+        self._tick(now)
+        if type(step) is not int or step < 0:
+            raise RoundInputError(f"ban step must be a non-negative int, got {step!r}")
+        for peer in peers:
+            check_peer_id("banned peer", peer)
+            self._banned[peer] = min(step, self._banned.get(peer, step))
+        out: list[Action] = []
+        self._advance(out)
+        return out
+
     def on_heartbeat(self, hb: Heartbeat, now: float) -> list[Action]:
         self._tick(now)
         out: list[Action] = []
@@ -524,6 +561,15 @@ class RoundMachine:
         target = min(epoch, current + self.MAX_EPOCH_JUMP)
         rnd.catch_up(target, self._now, cfg.collect_timeout, cfg.leader_timeout)
 
+    def _without_banned(self, rnd: RoundState) -> RoundState:
+        """The round as a list builder should see it: banned peers' announcements left out, so they are
+        neither candidates nor warming and do not sway the majority weights hash."""
+        banned = self.banned_at(rnd.step)
+        if banned.isdisjoint(rnd.announcements):
+            return rnd
+        kept = {p: a for p, a in rnd.announcements.items() if p not in banned}
+        return dataclasses.replace(rnd, announcements=kept)
+
     def _note_equivocation(self, rnd: RoundState, ann: Announcement, out: list[Action]) -> None:
         first = rnd.announcements.get(ann.peer_id)
         if first is None or first == ann:
@@ -547,6 +593,7 @@ class RoundMachine:
             epoch = rnd.epoch(self._now, self.config.collect_timeout, self.config.leader_timeout)
             if epoch is None:
                 break
+            epoch = self._skip_absent_leaders(rnd, roster, order, epoch)
             self._check_proposals(rnd, roster, order, out)
             self._enter_epoch(rnd, roster, epoch, out)
             self._vote(rnd, roster, out)
@@ -580,6 +627,68 @@ class RoundMachine:
                 self._count("invalid_list")
                 out.append(Penalize(leader, rnd.step, "invalid_list"))
 
+    def _leader_absent(self, peer: str, trust_silence: bool) -> bool:
+        """A leader that cannot lead: it said goodbye (signed by itself) or, if ``trust_silence``, has been
+        silent (no heartbeat, no message) for ``liveness_timeout``. Never ourselves."""
+        if peer == self.self_id:
+            return False
+        if self._liveness.has_left(peer):
+            return True
+        return trust_silence and not self._liveness.is_alive(peer, self._now, self.config.liveness_timeout)
+
+    def _silence_is_evidence(self, order: tuple[str, ...]) -> bool:
+        """Silence says the leader is gone only while a strict majority of the roster is heard from.
+
+        When most peers look silent at once, the likelier story is that we are the slow one (our process
+        starved of CPU, its inbox not yet read, or cut off on a minority side). Skipping then would send a
+        status for an epoch we lead, drag every peer there, and repeat each time we fall behind again.
+        """
+        heard = sum(
+            1 for p in order
+            if p == self.self_id or self._liveness.is_alive(p, self._now, self.config.liveness_timeout)
+        )
+        return 2 * heard > len(order)
+
+    def _collection_over(self, rnd: RoundState, roster: Roster) -> bool:
+        """When an epoch-0 leader would propose: every live active peer is in, or the collect deadline."""
+        anchor = rnd.anchor
+        if anchor is not None and self._now >= anchor + self.config.collect_timeout:
+            return True
+        return self._collection_complete(rnd, roster)
+
+    def _skip_absent_leaders(
+        self, rnd: RoundState, roster: Roster, order: tuple[str, ...], epoch: int
+    ) -> int:
+        """Enter the next epoch at once when the current epoch's leader is absent; returns the epoch.
+
+        Without this, a step whose epoch-0 leader left or crashed waited out the collect deadline plus a
+        leader timeout, and each further absent leader one more leader timeout. Safety does not depend on
+        when an epoch is entered: entering one is only a promise not to vote in earlier epochs, every epoch
+        still has exactly one designated leader (a function of the replicated roster), and a list is still
+        decided only by a strict majority of votes in one epoch, whose leader of an epoch >= 1 re-proposes
+        the newest ballot among a majority of statuses. So acting on local evidence (a goodbye we received,
+        silence we observed) can cost at most an epoch, never agreement. Replicas that lack the evidence
+        follow through the statuses of those that skipped (:meth:`_catch_up`). Silence only counts while most
+        of the roster is heard from (:meth:`_silence_is_evidence`); a goodbye always does.
+
+        Epoch 0 is left no earlier than its leader would have proposed (collection complete or the collect
+        deadline), so the next leader builds its list from the same payloads. If every leader is absent
+        (possible only for a non-voter), nothing is skipped: the epochs would just spin.
+        """
+        trust_silence = self._silence_is_evidence(order)
+        if all(self._leader_absent(p, trust_silence) for p in order):
+            return epoch
+        target = epoch
+        while self._leader_absent(designated_leader(order, target), trust_silence):
+            if target == 0 and not self._collection_over(rnd, roster):
+                break
+            target += 1
+        if target == epoch:
+            return epoch
+        self._catch_up(rnd, target)
+        current = rnd.epoch(self._now, self.config.collect_timeout, self.config.leader_timeout)
+        return epoch if current is None else current
+
     def _enter_epoch(self, rnd: RoundState, roster: Roster, epoch: int, out: list[Action]) -> None:
         """Entering epoch e >= 1 promises never to vote below e and reports our latest vote.
 
@@ -602,10 +711,17 @@ class RoundMachine:
             return
         left = self._liveness.left_peers()
         best: tuple[int, bytes] | None = None
+        banned = self.banned_at(rnd.step)
         for (epoch, _leader), digest in rnd.proposals.items():
             if epoch < rnd.promised or (rnd.my_vote is not None and epoch <= rnd.my_vote[0]):
                 continue
             if best is not None and epoch <= best[0]:
+                continue
+            lst = rnd.contents[digest]
+            if epoch == 0 and banned and not banned.isdisjoint((*lst.peers, *lst.warming)):
+                if (rnd.step, digest) not in self._refused:
+                    self._refused.add((rnd.step, digest))
+                    self._count("banned_in_list")
                 continue
             if not roster.has_quorum(rnd.contents[digest], left):
                 if digest not in rnd.below_quorum:
@@ -651,9 +767,10 @@ class RoundMachine:
 
     def _expected_peers(self, rnd: RoundState, roster: Roster) -> list[str]:
         """Whom a leader waits for before the deadline: live active peers, not silent or departed ones."""
+        banned = self.banned_at(rnd.step)
         return [
             p for p in roster.eligible()
-            if p not in rnd.equivocators
+            if p not in rnd.equivocators and p not in banned
             and (p == self.self_id or self._liveness.is_alive(p, self._now, self.config.liveness_timeout))
         ]
 
@@ -689,8 +806,8 @@ class RoundMachine:
         if epoch == 0:
             if self._now < anchor + cfg.collect_timeout and not self._collection_complete(rnd, roster):
                 return False
-            lst = build_list(rnd, roster, cfg.run_id, 0, self.self_id, left, cfg.max_joiners_per_round,
-                             cfg.max_roster_peers)
+            lst = build_list(self._without_banned(rnd), roster, cfg.run_id, 0, self.self_id, left,
+                             cfg.max_joiners_per_round, cfg.max_roster_peers)
         else:
             eligible = set(roster.eligible())
             reporters = [p for p, e in rnd.statuses.items() if e == epoch and p in eligible]
@@ -702,8 +819,10 @@ class RoundMachine:
                 if content is None:
                     return False  # we never received that list; the next epoch's leader may have it
                 lst = dataclasses.replace(content, epoch=epoch, leader=self.self_id)
+            elif not self._collection_over(rnd, roster):
+                return False  # took over early from an absent leader: build from what epoch 0 would have
             else:
-                lst = build_list(rnd, roster, cfg.run_id, epoch, self.self_id, left,
+                lst = build_list(self._without_banned(rnd), roster, cfg.run_id, epoch, self.self_id, left,
                                  cfg.max_joiners_per_round, cfg.max_roster_peers)
         if lst is None:
             return False
@@ -823,8 +942,9 @@ class RoundMachine:
                     wanted.append((peer, payload_hash, size, rnd.decided.leader))
             else:
                 roster = self._governing_roster(step)
+                banned = self.banned_at(step)
                 for peer, ann in rnd.announcements.items():
-                    if roster.is_eligible(peer) and peer not in rnd.equivocators:
+                    if roster.is_eligible(peer) and peer not in rnd.equivocators and peer not in banned:
                         wanted.append((peer, ann.payload_hash, ann.payload_size, None))
             for peer, payload_hash, size, leader in wanted:
                 key = (peer, payload_hash)
@@ -901,3 +1021,4 @@ class RoundMachine:
             del self._rounds[step]
         for step in [s for s in self._rosters if s < low and s != self._frontier]:
             del self._rosters[step]
+        self._refused = {key for key in self._refused if key[0] >= low}

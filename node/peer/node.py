@@ -27,8 +27,8 @@ import logging
 import signal
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -57,6 +57,7 @@ from distro_node.protocol.round_actions import (
     FetchPayload,
     ListConflict,
     MembershipChanged,
+    PeerMissed,
     Penalize,
     PublishInclusionList,
     PublishStatus,
@@ -73,13 +74,16 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
 from ..checkpoint import CheckpointError, CheckpointStore
+from ..faults import FaultInjector, FaultSpec
+from ..scoring import round_observations
 from . import checkpointing
+from .bans import PeerBans, RoundScores
 from .checkpointing import Resume
 from .manifest import RunManifest, payload_cap
 from .output import Output, step_text
 from .state_sync import JoinError, sync_from_swarm
 from .telemetry import Telemetry
-from .trainer import Computed, Trainer
+from .trainer import Computed, LocalSettings, LocalSetupError, Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +120,10 @@ class PeerOptions:
     # Benchmark knob only (bench/overlap.py): seconds to hold our own announcement back after the payload is
     # ready, as if uploading it took that long. It stands in for a slow link on loopback; 0 in real runs.
     comm_delay: float = 0.0
+    # Demos and tests of degraded/malicious peers only: send what node/faults.py makes of our payloads.
+    fault: FaultSpec | None = None
+    # This process's device, precision, gradient accumulation and data file path (never in the manifest).
+    local: LocalSettings = field(default_factory=LocalSettings)
 
 
 class _CountingStore:
@@ -151,6 +159,7 @@ class PeerNode:
         self._changed = trio.Event()
         self._applies: dict[int, ApplyInclusionList] = {}
         self._decoded: dict[tuple[int, str, bytes], Payload] = {}
+        self._fetching: set[tuple[int, str, bytes]] = set()  # payload fetches in flight
         self._buffer: deque[Message] = deque(maxlen=_BUFFER_MESSAGES)
         self._heard: set[str] = set()
         self._announced: OrderedDict[int, dict[bytes, set[str]]] = OrderedDict()
@@ -175,13 +184,17 @@ class PeerNode:
                             if options.checkpoint_dir is not None else None)
         self._saved_step = -1
         self._ready: _Ahead | None = None  # overlapped mode: the next step, computed during the last round
+        self.bans = PeerBans()
+        self._missed: dict[int, list[str]] = {}  # step -> active roster peers its decided list left out
+        self._fault: FaultInjector | None = None
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
     async def run(self) -> int:
         opts = self.opts
         key = load_or_create_identity(opts.key_file) if opts.key_file else create_new_key_pair()
-        host_cfg = HostConfig(listen_addrs=opts.listen, px_interval=1.0, px_timeout=5.0, dial_timeout=10.0)
+        host_cfg = HostConfig(listen_addrs=opts.listen, announce_addrs=opts.announce, px_interval=1.0,
+                              px_timeout=5.0, dial_timeout=10.0)
         try:
             manifest_bytes = await self._obtain_manifest()
         except PeerError as exc:
@@ -198,10 +211,17 @@ class PeerNode:
         async with open_host(key, host_cfg) as host:  # type: ignore[arg-type]
             self.host = host
             self.self_id = str(host.peer_id)
+            if opts.fault is not None:  # seeded by our id: two faulty peers never send identical payloads
+                seed = int.from_bytes(host.peer_id.to_bytes()[-8:], "big")
+                self._fault = FaultInjector(opts.fault, seed=seed)
             self.manifest = RunManifest.from_bytes(manifest_bytes)
             self.run_id = self.manifest.run_id()
             install_manifest_server(host, manifest_bytes)
-            self.trainer = await trio.to_thread.run_sync(Trainer, self.manifest, self.self_id)
+            try:
+                self.trainer = await trio.to_thread.run_sync(Trainer, self.manifest, self.self_id, opts.local)
+            except LocalSetupError as exc:  # e.g. a joiner's data file is not the run's
+                self.out.emit("error", f"error: {exc}", reason=str(exc), field=exc.field)
+                return 1
             if self._resume is not None:
                 try:
                     await trio.to_thread.run_sync(checkpointing.restore, self.trainer, self._resume)
@@ -281,11 +301,16 @@ class PeerNode:
         metrics_url = self.telemetry.url if self.telemetry is not None else None
         command = f"distro-node join --bootstrap {addrs[0]} --run-id {self.run_id.hex()}"
         m = self.manifest
+        extra = ""
+        if m.data.kind != "embedded":  # the file itself never travels: say which one a joiner needs
+            extra = (f" --data-path FILE\n  FILE: their copy of the {m.data.kind} file, "
+                     f"sha256 {m.data.sha256} ({m.data.size:,} B)")
         self.out.emit(
             "listening",
             f"peer {self.self_id}\n  run {self.run_id.hex()} ({m.preset}, {m.strategy}, batch "
             f"{m.batch_size}x{m.seq_len})\n  listening on {', '.join(addrs)}\n"
-            f"  others join with:\n    {command}" + (f"\n  metrics at {metrics_url}" if metrics_url else ""),
+            f"  others join with:\n    {command}{extra}"
+            + (f"\n  metrics at {metrics_url}" if metrics_url else ""),
             peer_id=self.self_id, addrs=addrs, run_id=self.run_id.hex(), join_command=command,
             founder=self.founder, metrics_url=metrics_url,
         )
@@ -359,6 +384,10 @@ class PeerNode:
     # ------------------------------------------------------------------------------------------ gossip
 
     def _validate(self, sender: ID, data: bytes) -> bool:
+        """Signed by ``sender``, well formed, and not from a peer we banned (not delivered, not forwarded)."""
+        author = str(sender)
+        if author != getattr(self, "self_id", None) and self.bans.is_banned(author):
+            return False
         try:
             decode_signed(data, str(sender), self.run_id)
         except CodecError:
@@ -456,6 +485,8 @@ class PeerNode:
                 self._resync = a
                 self.out.emit("resync_needed", f"resync needed at step {a.step}: {a.reason}", step=a.step,
                               reason=a.reason)
+            elif isinstance(a, PeerMissed):
+                self._missed.setdefault(a.step, []).append(a.peer_id)
             elif isinstance(a, MembershipChanged):
                 self.out.emit("membership", f"peer {a.peer_id[-8:]} {a.change} at step {a.step}",
                               step=a.step, peer=a.peer_id, change=a.change)
@@ -465,6 +496,12 @@ class PeerNode:
             self._bump()
 
     async def _fetch(self, a: FetchPayload) -> None:
+        """Fetch, decode and report one payload; a repeat request while one is in flight is dropped.
+
+        The round machine repeats a fetch every ``fetch_retry_interval`` until it hears a result. A pull
+        that takes longer than that (a 2.8 MB payload over a 10 Mbit link takes ~2 s) must not start a
+        second download of the same bytes: on shaped links that doubled the bytes each peer pulled.
+        """
         key = (a.step, a.peer_id, a.payload_hash)
         m = self.machine
         if m is None:
@@ -472,6 +509,15 @@ class PeerNode:
         if key in self._decoded:
             self._handle(m.on_payload_validated(a.step, a.peer_id, a.payload_hash, trio.current_time()))
             return
+        if key in self._fetching:
+            return  # the running fetch reports its result
+        self._fetching.add(key)
+        try:
+            await self._fetch_once(m, a, key)
+        finally:
+            self._fetching.discard(key)
+
+    async def _fetch_once(self, m: RoundMachine, a: FetchPayload, key: tuple[int, str, bytes]) -> None:
         preferred = [ID.from_base58(s) for s in a.sources]
         others = sorted(self.host.connected_peers() - set(preferred), key=str)
         cached = self.store.get(a.step, a.payload_hash)
@@ -662,15 +708,34 @@ class PeerNode:
         return ready.result
 
     async def _announce(self, s: int, done: Computed, phases: dict[str, float]) -> int:
-        """Store, self-decode and announce our payload of step ``s``; returns its size in bytes."""
+        """Store, self-decode and announce our payload of step ``s``; returns its size in bytes.
+
+        With ``--fault`` the bytes are first rewritten by the fault injector: nothing (silent), other bytes,
+        or two different payloads (equivocate: both announced, the first one is ours). Bytes that fail our
+        own validation are announced but never offered to our round machine, as an honest peer would treat
+        them.
+        """
         m = self.machine
         if m is None or done.data is None:
             return 0
         t0 = time.perf_counter()
-        digest = self.store.put(s, done.data)
-        payload = await trio.to_thread.run_sync(self.trainer.decode, done.data, self.self_id, s,
-                                                limiter=self._decode_limit)
-        self._decoded[(s, self.self_id, digest)] = payload
+        messages = [done.data]
+        if self._fault is not None:
+            messages = await trio.to_thread.run_sync(self._fault.rewrite, s, done.data, self.trainer.spec,
+                                                     self.run_id, self.self_id, limiter=self._decode_limit)
+            if not messages:
+                return 0
+        data = messages[0]
+        digest = self.store.put(s, data)
+        payload: Payload | None = None
+        try:
+            payload = await trio.to_thread.run_sync(self.trainer.decode, data, self.self_id, s,
+                                                    limiter=self._decode_limit)
+        except PayloadError:
+            if self._fault is None:
+                raise  # our honest encoder produced bytes we cannot read: a bug, not a peer fault
+        if payload is not None:
+            self._decoded[(s, self.self_id, digest)] = payload
         phases["codec"] = time.perf_counter() - t0
         if self.opts.comm_delay > 0:  # benchmark knob: the payload is ready, its "upload" takes this long
             t0 = time.perf_counter()
@@ -679,12 +744,16 @@ class PeerNode:
         # The hash of the weights at this step boundary (what a joiner syncing at step s gets vouched for).
         # Sequential: the weights the gradient was taken on. Overlapped: the gradient was taken one update
         # earlier, but every peer announces the same boundary hash, which the round machine compares.
-        ann = Announcement(self.run_id, s, self.self_id, digest, len(done.data), self.trainer.weights_hash)
+        ann = Announcement(self.run_id, s, self.self_id, digest, len(data), self.trainer.weights_hash)
         if self.telemetry is not None:
-            self.telemetry.payload_sent(len(done.data))
+            self.telemetry.payload_sent(len(data))
         self._publish(ann)
-        self._handle(m.on_local_announcement(ann, trio.current_time()))
-        return len(done.data)
+        if payload is not None:
+            self._handle(m.on_local_announcement(ann, trio.current_time()))
+        for other in messages[1:]:
+            self._publish(Announcement(self.run_id, s, self.self_id, self.store.put(s, other), len(other),
+                                       self.trainer.weights_hash))
+        return len(data)
 
     async def _step(self, s: int) -> dict[str, object] | None:
         m = self.machine
@@ -736,6 +805,9 @@ class PeerNode:
         t0 = time.perf_counter()
         new_hash = await trio.to_thread.run_sync(self.trainer.apply, s, payloads, limiter=self._compute_limit)
         phases["apply"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        scored = await self._score(s, payloads)
+        phases["score"] = time.perf_counter() - t0
         phases["round"] = t_decided - t_announced
         self._applied = s + 1
         self._ready = ahead
@@ -751,11 +823,34 @@ class PeerNode:
             "payload_bytes": payload_bytes, "overlapped": self.overlapped,
             "round_s": round(t_decided - t_announced, 4), "step_s": round(trio.current_time() - t_start, 4),
             "phases": {k: round(v, 4) for k, v in phases.items()}, "weights_hash": new_hash.hex(),
+            "agreement_min": scored.agreement_min, "banned": len(self.bans.keeper.banned()),
         }
         if self.telemetry is not None:
             self._observe(s, loss, phases, row, own_hash=own_hash)
         self.out.emit("step", step_text(row), **row)
         return row
+
+    async def _score(self, s: int, payloads: Mapping[str, Payload]) -> RoundScores:
+        """Feed applied step ``s`` to the ban keeper (node/peer/bans.py: only inputs every honest replica
+        shares) and put new bans into force from step s + 1."""
+        specs = self.trainer.spec.tensors
+        agreement, norms = await trio.to_thread.run_sync(round_observations, specs, payloads,
+                                                         limiter=self._compute_limit)
+        for step in [k for k in self._missed if k < s]:
+            del self._missed[step]
+        scored = self.bans.observe(s, agreement, norms, self._missed.pop(s, ()))
+        m = self.machine
+        if scored.bans and m is not None:
+            self._handle(m.on_banned([b.peer for b in scored.bans], s + 1, trio.current_time()))
+        for ban in scored.bans:
+            who = "this peer" if ban.peer == self.self_id else f"peer {ban.peer[-8:]}"
+            text = (f"banned {who} after step {ban.step}: {ban.reason} (score {ban.score:.2f}); excluded "
+                    f"from step {ban.step + 1}")
+            self.out.emit("banned", text, peer=ban.peer, step=ban.step, reason=ban.reason,
+                          score=round(ban.score, 4), from_step=ban.step + 1, is_self=ban.peer == self.self_id)
+        if self.telemetry is not None:
+            self.telemetry.round_scored(scored, self.bans.keeper.lowest_score())
+        return scored
 
     def _observe(self, s: int, loss: float | None, phases: dict[str, float], row: dict[str, object],
                  own_hash: bytes | None) -> None:

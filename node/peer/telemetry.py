@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..metrics import PHASES, MetricsServer, NodeMetrics
+from .bans import RoundScores
 
 # The node's phase names -> the metric's fixed phase labels. "codec" (storing and decoding our own payload)
 # is preparation of what we send; "round" is waiting for the swarm's decision, i.e. the exchange.
 _PHASE_MAP = {"compute": "compute", "prepare": "prepare", "codec": "prepare", "apply": "apply",
-              "round": "exchange", "checkpoint": "checkpoint", "sync": "sync", "data": "data"}
+              "round": "exchange", "checkpoint": "checkpoint", "sync": "sync", "data": "data",
+              "score": "apply"}
 
 
 class Telemetry:
@@ -78,8 +80,13 @@ class Telemetry:
     def rejected(self, reason: str) -> None:
         self.metrics.rejected(reason)
 
-    def banned(self) -> None:
-        self.metrics.peer_banned()
+    def round_scored(self, scored: RoundScores, lowest_score: float | None) -> None:
+        """An applied round went through the ban keeper: its agreement figures, and any new bans."""
+        if scored.bans:
+            self.metrics.peer_banned(len(scored.bans))
+        low, median = scored.agreement_min, scored.agreement_median
+        if low is not None and median is not None:
+            self.metrics.round_scores(low, median, lowest_score)
 
     def checkpoint_saved(self, unix_time: float) -> None:
         self.metrics.checkpoint_saved(unix_time)
