@@ -1,0 +1,89 @@
+"""bench/exchange.py --netns PROFILE: the same all-to-all exchange with every peer behind a shaped link.
+
+Why: on loopback the exchange is CPU-bound; behind a 10 Mbit uplink the physical floor of a round is the
+upload of N-1 copies of one's payload, (N-1) x payload / upload rate. This runs the unchanged exchange
+peers (bench/_exchange_peer.py) in the namespace testbed (node/netns.py: peer i in its own namespace, tbf on
+both ends of its veth) and reports the median round time against that bound. For a profile with uneven
+links (``mixed``) the bound uses the slowest uplink, which every round waits for.
+
+Before each configuration one bulk TCP transfer checks the first peer's uplink really runs at its rate
+(TCP goodput is ~95.7% of the link rate: 1448 payload bytes per 1514 on the wire, which tbf counts).
+Results go to bench/results/exchange_netns.json, one entry per profile (other profiles' entries are kept),
+so the loopback figures of exchange.json are never overwritten by a namespace run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from _common import RESULTS_DIR, write_json
+from distro_node.node.netns import Network, available, exit_cleanly_on_signals, profile_links, tbf_args
+from exchange import BenchError, run_config, summarize
+
+TARGET_RATIO = 1.3
+CHECK_SECONDS = 3.0
+
+
+def run_netns(args: argparse.Namespace) -> int:
+    why = available()
+    exit_cleanly_on_signals()
+    if why is not None:
+        print(f"--netns needs network namespaces: {why}")
+        return 2
+    try:
+        counts = [int(x) for x in args.peers.split(",")]
+        profile_links(args.netns, 2)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    rows: list[dict[str, Any]] = []
+    for n in counts:
+        links = profile_links(args.netns, n)
+        up = min(link.up_mbit for link in links)
+        try:
+            with Network(links) as net:
+                check = net.measure([0], 1, CHECK_SECONDS)
+                per_peer = run_config(n, args.rounds, args.size, args.wall, net)
+        except BenchError as exc:
+            rows.append({"peers": n, "error": str(exc)})
+            print(f"{n} peers: FAILED: {exc}")
+            continue
+        row = summarize(n, args.rounds, args.size, per_peer, (up,))
+        bound = row.pop("bound_s")[f"{up:g}_mbit"]
+        row.update({
+            "links_mbit_down_up": [[link.down_mbit, link.up_mbit] for link in links],
+            "slowest_upload_mbit": up,
+            "peer0_to_peer1_tcp_mbit": check["mbit"],
+            "bound_s": bound,
+            "ratio_to_bound": round(row["median_round_s"] / bound, 3),
+            "target_ratio": TARGET_RATIO,
+        })
+        rows.append(row)
+        print(f"{args.netns}, {n} peers x {args.size / 1e6:.2f} MB: median round "
+              f"{row['median_round_s']:.3f} s (p90 {row['p90_round_s']:.3f} s), bound {bound:.3f} s at "
+              f"{up:g} Mbit up: "
+              f"{row['ratio_to_bound']:.2f}x (target <= {TARGET_RATIO}); link check {check['mbit']} Mbit/s")
+    path = args.out or RESULTS_DIR / "exchange_netns.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        doc = {}
+    profiles = doc.get("profiles", {})
+    profiles[args.netns] = {
+        "results": rows,
+        "tbf": {f"{mbit:g}_mbit": " ".join(tbf_args(mbit))
+                for mbit in sorted({x for link in profile_links(args.netns, max(counts)) for x in
+                                    (link.down_mbit, link.up_mbit)})},
+    }
+    out = {
+        "what": "bench/exchange.py's all-to-all exchange (host + gossip announcements + "
+                "/distro/payload/1.0.0 pulls), one process per peer, each in its own network namespace "
+                "behind a tbf-shaped link "
+                "(node/netns.py); bound = (N-1) x payload / slowest upload rate",
+        "profiles": profiles,
+    }
+    write_json(path, out)
+    print(f"wrote {path}")
+    return 0 if all("error" not in r for r in rows) else 1

@@ -1,0 +1,31 @@
+"""bench/exchange.py --netns runs the exchange peers in shaped namespaces and writes its own result file,
+with a round time no faster than the link allows. Skipped without root or ip/tc."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.timeout(150)]
+
+
+def test_exchange_bench_in_namespaces(tmp_path: Path) -> None:
+    out = tmp_path / "exchange_netns.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "exchange.py"), "--netns", "home", "--peers", "3", "--rounds",
+         "2", "--size", "300000", "--wall", "100", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=140, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads(out.read_text())["profiles"]["home"]["results"]
+    assert row["peers"] == 3 and row["slowest_upload_mbit"] == 10.0
+    # 2 x 300 kB at 10 Mbit/s take 0.48 s: a round cannot beat its link (it would if shaping were off).
+    assert row["bound_s"] == pytest.approx(0.48)
+    assert row["median_round_s"] >= 0.9 * row["bound_s"]
+    assert 8.0 <= row["peer0_to_peer1_tcp_mbit"] <= 10.2

@@ -1,0 +1,47 @@
+"""The testbed's links deliver their profile's rates (measured with bulk TCP), and its fault actions
+really cut and partition traffic, then heal it. Skipped without root or ip/tc."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from distro_node.node.netns import GIGABIT, HOME, NetnsError, Network, profile_links
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
+
+
+def _reachable(net: Network, src: int, dst: int) -> bool:
+    """A TCP connect attempt from src to dst (the probe's receiver), bounded by a short timeout."""
+    try:
+        net.measure([src], dst, seconds=0.2, connect_timeout=2.0)
+    except NetnsError:
+        return False
+    return True
+
+
+def test_home_link_rates_and_teardown() -> None:
+    # Peer 0 is a gigabit seed, so it never limits what peer 1's home link is measured at.
+    with Network([GIGABIT, HOME]) as net:
+        up = net.measure([1], 0, seconds=2.0)["mbit"]
+        down = net.measure([0], 1, seconds=2.0)["mbit"]
+        prefix = net.prefix
+    # TCP goodput is ~95.7% of the link rate (1448 of every 1514 bytes on the wire are payload).
+    assert 8.5 <= up <= 10.2, up
+    assert 85.0 <= down <= 102.0, down
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert prefix + "-" not in listed
+
+
+def test_cut_and_partition_block_traffic_until_healed() -> None:
+    with Network(profile_links("gigabit", 4)) as net:
+        assert _reachable(net, 0, 1)
+        net.cut(1)
+        assert not _reachable(net, 0, 1)
+        net.restore(1)
+        assert _reachable(net, 0, 1)
+        net.partition([2, 3])
+        assert not _reachable(net, 0, 2) and not _reachable(net, 3, 1)
+        assert _reachable(net, 0, 1) and _reachable(net, 2, 3)
+        net.heal()
+        assert _reachable(net, 0, 3) and _reachable(net, 2, 1)
