@@ -104,6 +104,11 @@ class Swarm:
         """Peers started without --fault: the ones the summary judges."""
         return [p for p in self.peers if p.fault is None]
 
+    def all_finished(self, finished: set[int]) -> bool:
+        """Every peer exited, except peers the others banned: those are cut off and may never finish their
+        steps; ``stop`` ends them."""
+        return all(p.index in finished or p.name in self.bans for p in self.peers)
+
     def start(self, join_args: list[str], fault: str | None = None, fault_start: int = 0) -> Peer:
         index = len(self.peers)
         if fault is not None:
@@ -257,12 +262,12 @@ def _run(swarm: Swarm, args: argparse.Namespace, run_args: list[str], local: lis
         print("faulty: " + ", ".join(f"peer{i} {spec}" for i, spec in sorted(faults.items())), flush=True)
     every = max(1, args.steps // 25)
     shown = -1
-    done = 0
-    while done < args.peers:
+    finished: set[int] = set()
+    while not swarm.all_finished(finished):
         index, event = _next(swarm, deadline)
         peer = swarm.peers[index]
         if event is None:
-            done += 1
+            finished.add(index)
             continue
         kind = event.get("event")
         if kind == "listening":

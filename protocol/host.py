@@ -121,6 +121,7 @@ class P2PHost:
         self._watch = _ConnectionWatch()
         self._dial_limit = trio.Semaphore(config.dial_concurrency)
         self._announce = [parse_multiaddr(a) for a in config.announce_addrs]
+        self._blocked: set[ID] = set()  # banned peers: never dialed, streams refused, never advertised
         for addr in self._announce:
             if "p2p" in [p.name for p in addr.protocols()]:
                 raise BadMultiaddrError(str(addr), "announce addresses take no /p2p/ part")
@@ -152,6 +153,28 @@ class P2PHost:
     def is_connected(self, peer_id: ID) -> bool:
         return peer_id in self.connected_peers()
 
+    def is_blocked(self, peer_id: ID) -> bool:
+        return peer_id in self._blocked
+
+    async def block(self, peer_id: ID) -> None:
+        """Cut a banned peer off: close its connections, refuse its streams, never dial or advertise it.
+
+        Why more than dropping its gossip: without this, peer exchange re-dials a banned peer within a
+        second and it keeps costing bandwidth and CPU. If it dials us again, the connection stays up but
+        every stream it opens is reset, so it gets nothing (payloads, state, peers) from us.
+        """
+        if peer_id == self.peer_id:
+            return
+        self._blocked.add(peer_id)
+        await self._close_blocked(peer_id)
+
+    async def _close_blocked(self, peer_id: ID) -> None:
+        with trio.move_on_after(2.0):
+            try:
+                await self._host.get_network().close_peer(peer_id)
+            except Exception as exc:  # the connection may already be going down
+                logger.debug("closing connections to blocked peer %s failed: %r", peer_id, exc)
+
     # --- stream handlers ----------------------------------------------------------------------------------
 
     def set_handler(self, protocol: TProtocol, handler: StreamHandler) -> None:
@@ -162,6 +185,9 @@ class P2PHost:
         """
 
         async def guarded(stream: INetStream) -> None:
+            if stream.muxed_conn.peer_id in self._blocked:
+                await reset_quietly(stream)
+                return
             try:
                 await handler(stream)
             except Exception as exc:
@@ -183,6 +209,8 @@ class P2PHost:
         """Ensure a connection, dialing the given or known addresses; DialError on failure or timeout."""
         if peer_id == self.peer_id:
             raise DialError(str(peer_id), "refusing to dial ourselves")
+        if peer_id in self._blocked:
+            raise DialError(str(peer_id), "banned")
         if self.is_connected(peer_id):
             return
         addrs = list(transports) or list(self.peer_book.addrs(peer_id))
@@ -317,7 +345,7 @@ class P2PHost:
     def _advertised_peers(self, exclude: ID) -> list[Multiaddr]:
         out = list(self.advertised_addrs())
         for peer_id in sorted(self.connected_peers(), key=str):
-            if peer_id == exclude:
+            if peer_id == exclude or peer_id in self._blocked:
                 continue
             out.extend(with_peer_id(a, peer_id) for a in self.peer_book.addrs(peer_id)[:2])
             if len(out) >= MAX_PX_ENTRIES:
@@ -327,6 +355,8 @@ class P2PHost:
     async def _peer_exchange_loop(self) -> None:
         while True:
             await trio.sleep(self.config.px_interval * random.uniform(0.8, 1.2))
+            for peer_id in sorted(self.connected_peers() & self._blocked, key=str):  # it dialed us again
+                await self._close_blocked(peer_id)
             await self.discover()
 
 
