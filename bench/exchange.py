@@ -6,11 +6,14 @@ per step. This measures what our libp2p stack (Noise + yamux over TCP, gossip an
 given link rates. Each peer is a separate process (bench/_exchange_peer.py), as in a real swarm; on a
 2-core machine 8 processes share 2 cores, so the 8-peer figures are CPU-bound, not network-bound.
 
-    .venv/bin/python bench/exchange.py                  # 4 and 8 peers, 2.8 MB, 6 rounds
+    .venv/bin/python bench/exchange.py                  # 4 and 8 peers, 2.8 MB, 6 rounds, + hivemind
     .venv/bin/python bench/exchange.py --peers 2 --rounds 2 --size 100000 --out /tmp/x.json   # smoke
+    .venv/bin/python bench/exchange.py --netns home      # as root: shaped namespaces -> exchange_netns.json
 
 Round 0 includes connection warm-up (yamux window growth) and is reported separately. Every child process
-is killed by pid when its configuration ends, whatever happened.
+is killed by pid when its configuration ends, whatever happened. The same run then measures hivemind's bulk
+path and dense all-reduce on the same peer counts and payload (bench/_exchange_hivemind.py, in its own
+venv; ``--no-hivemind`` skips it).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from _common import RESULTS_DIR, write_json
+from distro_node.node.netns import Network
 
 PEER_SCRIPT = Path(__file__).resolve().parent / "_exchange_peer.py"
 PAYLOAD_BYTES = 2_800_000  # the 1.2B DisTrO payload, see bench/results/payload.json
@@ -83,12 +87,21 @@ def _kill_all(procs: list[subprocess.Popen[str]]) -> None:
             pass
 
 
-def run_config(peers: int, rounds: int, size: int, wall_s: float) -> list[list[float]]:
-    """Per-peer round times for one configuration, or BenchError; all children killed before returning."""
+def run_config(peers: int, rounds: int, size: int, wall_s: float,
+               net: Network | None = None) -> list[list[float]]:
+    """Per-peer round times for one configuration, or BenchError; all children killed before returning.
+    With ``net`` (bench/_exchange_netns.py) peer i runs in the testbed namespace i, on its address."""
     if peers < 2 or rounds < 1 or size < 1:
         raise BenchError("need peers >= 2, rounds >= 1, size >= 1")
-    cmd = [sys.executable, str(PEER_SCRIPT), "--peers", str(peers), "--rounds", str(rounds),
-           "--size", str(size)]
+    base = [sys.executable, str(PEER_SCRIPT), "--peers", str(peers), "--rounds", str(rounds),
+            "--size", str(size)]
+
+    def peer_cmd(i: int) -> list[str]:
+        if net is None:
+            return base
+        return [*net.exec_prefix(i), *base, "--listen", f"/ip4/{net.address(i)}/tcp/0"]
+
+    cmd = peer_cmd(0)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     deadline = time.monotonic() + wall_s
     procs: list[subprocess.Popen[str]] = []
@@ -97,8 +110,8 @@ def run_config(peers: int, rounds: int, size: int, wall_s: float) -> list[list[f
                                       env=env))
         readers = [_Lines(procs[0])]
         seed = json.loads(readers[0].next(deadline))["addr"]
-        for _ in range(peers - 1):
-            procs.append(subprocess.Popen([*cmd, "--bootstrap", seed], stdout=subprocess.PIPE,
+        for i in range(1, peers):
+            procs.append(subprocess.Popen([*peer_cmd(i), "--bootstrap", seed], stdout=subprocess.PIPE,
                                           stderr=subprocess.DEVNULL, text=True, env=env))
             readers.append(_Lines(procs[-1]))
         per_peer: list[list[float]] = []
@@ -142,7 +155,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated link rates for the (N-1) x payload / rate bound (default 10,100)")
     ap.add_argument("--wall", type=float, default=600.0, help="seconds allowed per configuration")
     ap.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/exchange.json)")
+    ap.add_argument("--netns", metavar="PROFILE", default=None,
+                    help="as root: run each peer in its own network namespace with links shaped by the "
+                         "testbed profile (home, gigabit, slow, mixed) and write bench/results/"
+                         "exchange_netns.json instead (bench/_exchange_netns.py)")
+    ap.add_argument("--hivemind-python", type=Path, default=None, metavar="PATH",
+                    help="python with hivemind 1.1.12 for the side-by-side run (default .venv-hivemind/bin/"
+                         "python, created when missing; bench/_exchange_hivemind.py)")
+    ap.add_argument("--no-hivemind", action="store_true", help="skip the hivemind side-by-side run")
     args = ap.parse_args(argv)
+    if args.netns is not None:
+        from _exchange_netns import run_netns
+
+        return run_netns(args)
     try:
         counts = [int(x) for x in args.peers.split(",")]
         links = tuple(float(x) for x in args.link_mbit.split(",") if x)
@@ -161,11 +186,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n} peers x {args.size / 1e6:.2f} MB: median round {row['median_round_s']:.3f} s, p90 "
               f"{row['p90_round_s']:.3f} s, {row['download_MBps_per_peer']:.1f} MB/s down and up per peer; "
               f"bound {row['bound_s']}")
+    hivemind: dict[str, Any] = {"status": "skipped (--no-hivemind)"}
+    if not args.no_hivemind:
+        from _exchange_hivemind import measure
+
+        hivemind = measure(args.hivemind_python, counts, args.rounds, args.size, args.wall, links,
+                           presets=("tiny", "small"))
     doc = {
         "what": "all-to-all exchange over host + gossip announcements + /distro/payload/1.0.0 pulls, "
                 "one process per peer, loopback",
         "results": rows,
-        "hivemind": HIVEMIND,
+        "hivemind": hivemind,
         "netns": NETNS,
     }
     path = write_json(args.out or RESULTS_DIR / "exchange.json", doc)
@@ -173,18 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all("error" not in r for r in rows) else 1
 
 
-HIVEMIND: dict[str, str] = {
-    "status": "not measured",
-    "why": "hivemind 1.1.12 (with its p2pd binary) installs into a throwaway venv under /tmp and imports, "
-           "but the comparison run (its P2P unary/stream handlers moving the same payloads all-to-all) was "
-           "not written within this session's time budget; .venv was not touched.",
-}
 NETNS: dict[str, str] = {
-    "status": "not run",
-    "design": "as root: one network namespace per peer joined by veth pairs to a bridge the bench creates, "
-              "tc qdisc tbf per veth (100 Mbit towards the peer, 10 Mbit from it), only the bench's "
-              "namespaces on the bridge, everything deleted in a finally block; then the rounds above "
-              "should approach bound_s['10_mbit']. Not run here: time budget, and the machine is shared.",
+    "status": "measured separately",
+    "see": "bench/results/exchange_netns.json, written by `bench/exchange.py --netns PROFILE` (as root: each "
+           "peer in its own network namespace, tc tbf links, node/netns.py)",
 }
 
 
