@@ -41,8 +41,12 @@ from distro_node.node.testbed import Testbed
 
 # Round settings generous enough that a round at 2 Mbit up is never cut short: this measures speed, it does
 # not test the deadlines (heartbeats and votes queue behind payload bytes on the same connection).
-RUN = ["--preset", "small", "--topk", "256", "--values", "fp32", "--batch-size", "4", "--seq-len", "32",
-       "--round-timeout", "120", "--leader-timeout", "20", "--liveness-timeout", "60"]
+DEFAULT_TOPK = 256
+
+
+def run_args_for(topk: int) -> list[str]:
+    return ["--preset", "small", "--topk", str(topk), "--values", "fp32", "--batch-size", "4",
+            "--seq-len", "32", "--round-timeout", "120", "--leader-timeout", "20", "--liveness-timeout", "60"]
 COMPUTE_PHASES = ("compute", "prepare", "codec")
 APPLY_PHASES = ("apply", "score")
 TARGET_COMM_RATIO = 1.3
@@ -84,10 +88,10 @@ def measure(peers: list[PeerProc], warmup: int) -> dict[str, Any]:
 
 
 def run_one(profile: str, n: int, overlap: bool, steps: int, warmup: int, wall: float,
-            log_root: Path) -> dict[str, Any]:
+            log_root: Path, topk: int = DEFAULT_TOPK) -> dict[str, Any]:
     links = profile_links(profile, n)
     log_dir = Path(tempfile.mkdtemp(prefix=f"{profile}-{n}-{'ovl' if overlap else 'seq'}-", dir=log_root))
-    run_args = [*RUN, *(["--overlap"] if overlap else [])]
+    run_args = [*run_args_for(topk), *(["--overlap"] if overlap else [])]
     t0 = time.monotonic()
     with Testbed(links, log_dir, run_args, ["--steps", str(steps)]) as bed:
         try:
@@ -171,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peers", default="4,8", help="comma-separated peer counts (default 4,8)")
     ap.add_argument("--profiles", default=",".join(PROFILES), help=f"comma-separated ({', '.join(PROFILES)})")
+    ap.add_argument("--topk", type=int, default=DEFAULT_TOPK,
+                    help=f"DisTrO coefficients kept per 4096-coefficient chunk (default {DEFAULT_TOPK}: "
+                    "365 KB payloads; 1024: ~1.5 MB, about the 1.2B model's default payload)")
     ap.add_argument("--steps", type=int, default=12, help="steps per run (default 12)")
     ap.add_argument("--warmup", type=int, default=4, help="steps left out of the medians (default 4)")
     ap.add_argument("--wall", type=float, default=500.0, help="seconds allowed per run (default 500)")
@@ -207,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             pair: dict[bool, dict[str, Any]] = {}
             for overlap in (False, True):
                 try:
-                    row = run_one(profile, n, overlap, args.steps, args.warmup, args.wall, log_root)
+                    row = run_one(profile, n, overlap, args.steps, args.warmup, args.wall, log_root,
+                                  topk=args.topk)
                 except BenchError as exc:
                     row = {"profile": profile, "peers": n, "overlapped": overlap, "error": str(exc)}
                     print(f"{profile} N={n} {'overlapped' if overlap else 'sequential'}: FAILED: {exc}",
@@ -225,19 +233,20 @@ def main(argv: list[str] | None = None) -> int:
                 pairs.append(merit)
                 print(f"  overlapped/max(cpu, comm) {merit['overlapped_vs_max']}, sequential/(cpu+comm) "
                       f"{merit['sequential_vs_sum']}", flush=True)
-            write_json(out, _doc(rows, pairs))  # after every pair: an interrupted run keeps what it measured
-    write_json(out, _doc(rows, pairs))
+            # after every pair: an interrupted run keeps what it measured
+            write_json(out, _doc(rows, pairs, args.topk))
+    write_json(out, _doc(rows, pairs, args.topk))
     png = out.with_suffix(".png")
     plot(rows, png)
     print(f"wrote {out} and {png}")
     return 0 if all("error" not in r for r in rows) else 1
 
 
-def _doc(rows: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> dict[str, Any]:
+def _doc(rows: list[dict[str, Any]], pairs: list[dict[str, Any]], topk: int) -> dict[str, Any]:
     return {
         "what": "full distro-node join daemons, one per network namespace, links shaped with tc tbf "
                 "(node/netns.py); medians over every peer's steps after warm-up",
-        "run_args": RUN,
+        "run_args": run_args_for(topk),
         "targets": {"comm_ratio_to_bound": TARGET_COMM_RATIO, "overlapped_vs_max": TARGET_OVERLAP_RATIO},
         "runs": rows,
         "overlap": pairs,
