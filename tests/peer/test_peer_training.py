@@ -34,8 +34,8 @@ def test_four_peers_train_identically_for_30_rounds(procs: Procs) -> None:
     last = [x for row in losses[-5:] for x in row]
     assert sum(last) / len(last) < sum(first) / len(first) - 0.05, f"loss did not go down: {first} -> {last}"
     # Each payload is pulled once: a fetch still running when the round machine repeats its request (every
-    # fetch_retry_interval) is not started again. 10% slack for payloads fetched for a list that left them out.
-    biggest = max(row["payload_bytes"] for p in peers for row in p.steps().values() if row["payload_bytes"])
+    # fetch_retry_interval) is not started again; 10% slack for payloads fetched for a list without them.
+    biggest = max(row["payload_bytes"] or 0 for p in peers for row in p.steps().values())
     for p in peers:
         pulled = p.steps()[steps - 1]["recv_bytes"]
         assert pulled <= 1.1 * steps * 3 * biggest, f"{p.name} pulled {pulled} B for {steps} x 3 payloads"
