@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from _common import RESULTS_DIR, write_json
-from distro_node.node.netns import Network, available, exit_cleanly_on_signals, profile_links, tbf_args
+from distro_node.node.netns import Network, profile_links, ready_for_bench, tbf_args
 from exchange import BenchError, run_config, summarize
 
 TARGET_RATIO = 1.3
@@ -27,10 +27,7 @@ CHECK_SECONDS = 3.0
 
 
 def run_netns(args: argparse.Namespace) -> int:
-    why = available()
-    exit_cleanly_on_signals()
-    if why is not None:
-        print(f"--netns needs network namespaces: {why}")
+    if not ready_for_bench("--netns"):
         return 2
     try:
         counts = [int(x) for x in args.peers.split(",")]

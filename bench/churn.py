@@ -37,7 +37,7 @@ from typing import Any
 
 from _common import RESULTS_DIR, write_json
 from distro_node.node.join_process import PeerProc, PeerWaitError
-from distro_node.node.netns import available, exit_cleanly_on_signals, profile_links
+from distro_node.node.netns import profile_links, ready_for_bench
 from distro_node.node.testbed import Testbed
 
 RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-timeout", "10"]
@@ -240,10 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wall", type=float, default=900.0, help="seconds allowed per run (default 900)")
     ap.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/churn.json)")
     args = ap.parse_args(argv)
-    why = available()
-    exit_cleanly_on_signals()
-    if why is not None:
-        print(f"bench/churn.py needs network namespaces: {why}")
+    if not ready_for_bench("bench/churn.py"):
         return 2
     out = args.out or RESULTS_DIR / "churn.json"
     log_root = Path(tempfile.mkdtemp(prefix="churn-bench-"))

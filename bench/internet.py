@@ -36,7 +36,7 @@ from typing import Any
 
 from _common import RESULTS_DIR, write_json
 from distro_node.node.join_process import PeerProc, PeerWaitError
-from distro_node.node.netns import PROFILES, available, exit_cleanly_on_signals, profile_links
+from distro_node.node.netns import PROFILES, profile_links, ready_for_bench
 from distro_node.node.testbed import Testbed
 
 # Round settings generous enough that a round at 2 Mbit up is never cut short: this measures speed, it does
@@ -186,10 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the runs already in --out of (profile, peers) this run does not redo, so "
                          "a long matrix can be measured in parts")
     args = ap.parse_args(argv)
-    why = available()
-    exit_cleanly_on_signals()
-    if why is not None:
-        print(f"bench/internet.py needs network namespaces: {why}")
+    if not ready_for_bench("bench/internet.py"):
         return 2
     try:
         counts = [int(x) for x in args.peers.split(",")]

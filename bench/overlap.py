@@ -25,83 +25,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import queue
-import shlex
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from _common import RESULTS_DIR, write_json
+from distro_node.node.join_process import CLI, JoinCommandError, PeerProc, PeerWaitError, join_args
 
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "distro_node.node.cli"]
-CHILD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 TARGET_RATIO = 1.15
 
 
 class BenchError(RuntimeError):
     """A run did not complete (a peer failed, timed out, or its steps are missing)."""
-
-
-class _Peer:
-    """One `join` process whose JSON stdout lines are parsed by a reader thread into a queue."""
-
-    def __init__(self, argv: list[str], name: str, log_dir: Path) -> None:
-        self.name = name
-        self._stderr = open(log_dir / f"{name}.stderr", "w")  # closed in kill()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-                                     env={**os.environ, **CHILD_ENV}, cwd=REPO)
-        self.events: list[dict[str, Any]] = []
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        if self.proc.stdout is None:
-            return
-        for line in self.proc.stdout:
-            try:
-                self._queue.put(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        self._queue.put(None)
-
-    def wait_event(self, kind: str, deadline: float) -> dict[str, Any]:
-        """The first event of ``kind`` before ``deadline`` (monotonic); BenchError otherwise."""
-        for event in self.events:
-            if event.get("event") == kind:
-                return event
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise BenchError(f"{self.name}: no {kind!r} event in time")
-            try:
-                event = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if event is None:
-                self._queue.put(None)
-                raise BenchError(f"{self.name}: exited (rc={self.proc.poll()}) before a {kind!r} event")
-            self.events.append(event)
-            if event.get("event") == kind:
-                return event
-
-    def steps(self) -> dict[int, dict[str, Any]]:
-        return {e["step"]: e for e in self.events if e.get("event") == "step"}
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        try:
-            self.proc.wait(timeout=10)
-        finally:
-            self._stderr.close()
 
 
 def run_swarm(
@@ -112,15 +50,21 @@ def run_swarm(
            "--round-timeout", "10", "--no-metrics", *(["--overlap"] if overlap else [])]
     local = ["--steps", str(args.steps), "--comm-delay", str(delay), "--log-format", "json"]
     deadline = time.monotonic() + args.wall
-    peers: list[_Peer] = []
+    peers: list[PeerProc] = []
+
+    def left(p: PeerProc) -> None:
+        p.wait_for(lambda e: e.get("event") == "left", max(0.0, deadline - time.monotonic()), "left event")
+
     try:
-        founder = _Peer([*CLI, "join", *run, *local, "--genesis-peers", str(args.peers)], "peer0", log_dir)
+        founder = PeerProc([*CLI, "join", *run, *local, "--genesis-peers", str(args.peers)], "peer0", log_dir)
         peers.append(founder)
-        command = shlex.split(founder.wait_event("listening", deadline)["join_command"])
+        listening = founder.wait_for(lambda e: e.get("event") == "listening",
+                                     max(0.0, deadline - time.monotonic()), "listening line")
+        joiner = join_args(str(listening["join_command"]))
         for i in range(1, args.peers):
-            peers.append(_Peer([*CLI, *command[1:], *local], f"peer{i}", log_dir))
+            peers.append(PeerProc([*CLI, "join", *joiner, *local], f"peer{i}", log_dir))
         for p in peers:
-            p.wait_event("left", deadline)
+            left(p)
         rows = []
         for p in peers:
             steps = p.steps()
@@ -131,9 +75,11 @@ def run_swarm(
         if any(len(h) != 1 for h in hashes.values()):
             raise BenchError("replicas diverged: weights hashes differ across peers")
         return rows
+    except (PeerWaitError, JoinCommandError) as exc:
+        raise BenchError(str(exc)) from None
     finally:
         for p in peers:
-            p.kill()
+            p.reap()
 
 
 def _median(values: list[float]) -> float:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import RESULTS_DIR, write_json
-from distro_node.node.join_process import PeerProc, PeerWaitError
+from distro_node.node.join_process import JoinCommandError, PeerProc, PeerWaitError, join_args
 from distro_node.node.status_scrape import StatusError, scrape
 
 # The daemon's own CLI with one prefixed stderr line per log record: its package loggers at DEBUG (payload
@@ -100,12 +99,13 @@ def start_swarm(n: int, run_args: list[str], log_dir: Path, wait_s: float) -> li
     except PeerWaitError as exc:
         founder.reap()
         raise SoakError(str(exc)) from None
-    argv = shlex.split(command)
-    if argv[:2] != ["distro-node", "join"]:
+    try:
+        args = join_args(command)
+    except JoinCommandError as exc:
         founder.reap()
-        raise SoakError(f"unexpected join command {command!r}")
+        raise SoakError(str(exc)) from None
     for i in range(1, n):
-        peers.append(PeerProc([*CLI, *argv[1:], "--log-format", "json"], f"peer{i}", log_dir))
+        peers.append(PeerProc([*CLI, "join", *args, "--log-format", "json"], f"peer{i}", log_dir))
     return peers
 
 

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import queue
-import shlex
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from typing import Any, TextIO
 
 from .cli_common import UsageError
 from .faults import FaultSpec, FaultSpecError, fault_usage
+from .join_process import join_args
 from .presets import PRESETS
 
 # 4 peers x 200 steps of the tiny preset take ~2 minutes on 2 busy CPU cores (150 steps: 85 s measured)
@@ -255,7 +255,7 @@ def _run(swarm: Swarm, args: argparse.Namespace, run_args: list[str], local: lis
             command = str(event["join_command"])
     print(f"run {founder.info['run_id'][:16]}: {args.peers} peers, {args.steps} steps, preset {args.preset}; "
           f"logs in {swarm.run_dir}", flush=True)
-    joiner = shlex.split(command)[2:]
+    joiner = join_args(command)
     for i in range(1, args.peers):
         swarm.start([*joiner, *local], faults.get(i), args.fault_start)
     if faults:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shlex
 import signal
 import subprocess
 import sys
@@ -25,6 +26,19 @@ Event = dict[str, Any]
 
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 CLI = [sys.executable, "-m", "distro_node.node.cli"]
+
+
+class JoinCommandError(ValueError):
+    """The ``join_command`` a founder printed is not a ``distro-node join ...`` command."""
+
+
+def join_args(command: str) -> list[str]:
+    """The arguments after ``distro-node join`` of a founder's printed join command, to run it as a child
+    (``[*CLI, "join", *join_args(command)]``)."""
+    argv = shlex.split(command)
+    if argv[:2] != ["distro-node", "join"]:
+        raise JoinCommandError(f"unexpected join command {command!r}")
+    return argv[2:]
 
 
 class PeerWaitError(AssertionError):

@@ -150,6 +150,17 @@ def exit_cleanly_on_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def ready_for_bench(name: str) -> bool:
+    """A bench about to build namespaces: False (and why, printed) when this machine cannot; otherwise
+    SIGTERM/SIGINT now tear its namespaces down (``exit_cleanly_on_signals``)."""
+    why = available()
+    if why is not None:
+        print(f"{name} needs network namespaces: {why}")
+        return False
+    exit_cleanly_on_signals()
+    return True
+
+
 def sweep_stale() -> list[str]:
     """Delete testbed namespaces (``dn<pid>x...``) whose creating process is gone (a run killed hard)."""
     removed = []

@@ -11,13 +11,12 @@ deletes the namespaces; it runs on context exit and (via the network's atexit ho
 from __future__ import annotations
 
 import contextlib
-import shlex
 import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from .join_process import CLI, PeerProc
+from .join_process import CLI, JoinCommandError, PeerProc, join_args
 from .netns import Link, Network
 
 LISTEN_PORT = 0  # any free port: each namespace has its own port space, but tests never fix ports
@@ -80,10 +79,10 @@ class Testbed:
     def _joiner_args(self, bootstrap: str | None = None) -> list[str]:
         if self.join_command is None:
             raise TestbedError(0, "the run has not been founded (call start first)")
-        argv = shlex.split(self.join_command)
-        if argv[:2] != ["distro-node", "join"]:
-            raise TestbedError(0, f"unexpected join command {self.join_command!r}")
-        args = argv[2:]
+        try:
+            args = join_args(self.join_command)
+        except JoinCommandError as exc:
+            raise TestbedError(0, str(exc)) from None
         if bootstrap is not None:
             args[args.index("--bootstrap") + 1] = bootstrap
         return args

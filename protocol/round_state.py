@@ -93,7 +93,7 @@ class RoundState:
         anchor = self.anchor
         if anchor is None:
             return None
-        first = anchor + collect_timeout + leader_timeout  # epoch 1 starts here
+        first = epoch1_start(anchor, collect_timeout, leader_timeout)
         return first if epoch < 1 else epoch_start(1, first, epoch + 1, leader_timeout)
 
     def catch_up(self, epoch: int, now: float, collect_timeout: float, leader_timeout: float) -> None:
@@ -158,11 +158,16 @@ def epoch_since(base_epoch: int, base_time: float, now: float, leader_timeout: f
     return k + max(0, math.floor((now - t) / epoch_length(EPOCH_GROWTH_CAP, leader_timeout)))
 
 
+def epoch1_start(anchor: float, collect_timeout: float, leader_timeout: float) -> float:
+    """Epoch 0 (the best-ranked leader's) ends one leader timeout after the collect deadline."""
+    return anchor + collect_timeout + leader_timeout
+
+
 def epoch_at(anchor: float, now: float, collect_timeout: float, leader_timeout: float) -> int:
     """Epoch 0 lasts from the round's start until one leader timeout after the collect deadline; epoch k >= 1
     then lasts ``epoch_length(k)``. Time only drives liveness here, never safety.
     """
-    first = anchor + collect_timeout + leader_timeout
+    first = epoch1_start(anchor, collect_timeout, leader_timeout)
     if now < first:
         return 0
     return epoch_since(1, first, now, leader_timeout)

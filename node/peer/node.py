@@ -107,7 +107,6 @@ class PeerOptions:
     steps: int | None = None  # stop (gracefully) after applying this many steps in total
     genesis_peers: int = 1  # founders: start step 0 once this many peers (ourselves included) are in
     log_format: str = "text"
-    heartbeat_interval: float | None = None  # None: a quarter of the run's liveness timeout
     startup_timeout: float = 120.0
     leave_budget: float = 4.0  # seconds a leaving peer may spend finishing its current round
     linger: float = 1.0  # seconds a leaving peer keeps serving payloads after its goodbye
@@ -564,7 +563,7 @@ class PeerNode:
                   else Heartbeat(self.run_id, self.self_id, 0, weights))
             if not self._left:
                 self._publish(hb)
-            await trio.sleep(self.heartbeat_interval)
+            await trio.sleep(self.round_config.heartbeat_interval)
 
     async def _signal_loop(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -672,18 +671,6 @@ class PeerNode:
             return False
         order = m.leader_order(step)
         return bool(order) and order is not None and order[0] == self.self_id
-
-    @property
-    def heartbeat_interval(self) -> float:
-        """Why a quarter of the liveness timeout, not a fixed 0.5 s: a peer counts as gone after
-        ``liveness_timeout`` of silence, so four heartbeats per timeout leave room for three lost or late
-        ones; more only costs. Every heartbeat reaches every peer about ``degree`` times through the mesh
-        and each copy is signature-checked, so with 8 peers on 2 shared cores 0.5 s heartbeats alone kept
-        the processes too busy to read their sockets (rounds of 12-19 s, bench/soak.py could not start).
-        """
-        if self.opts.heartbeat_interval is not None:
-            return self.opts.heartbeat_interval
-        return self.manifest.rounds.liveness_timeout / 4
 
     @property
     def overlapped(self) -> bool:

@@ -8,10 +8,9 @@ Processes are killed by pid and reaped by the ``procs`` fixture, whatever the te
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
-from distro_node.node.join_process import CHILD_ENV, CLI, Event, PeerProc
+from distro_node.node.join_process import CHILD_ENV, CLI, Event, PeerProc, join_args
 from distro_node.protocol.leader_rank import leader_order
 
 __all__ = ["CHILD_ENV", "CLI", "Event", "PeerProc", "Procs", "assert_identical", "leader"]
@@ -31,10 +30,7 @@ class Procs:
 
     def start_command(self, command: str, extra: list[str], name: str) -> PeerProc:
         """Run a printed ``distro-node join ...`` command exactly, plus ``extra`` flags."""
-        argv = shlex.split(command)
-        if argv[:2] != ["distro-node", "join"]:
-            raise AssertionError(f"unexpected join command {command!r}")
-        p = PeerProc([*CLI, *argv[1:], *extra, "--log-format", "json"], name, self.log_dir)
+        p = PeerProc([*CLI, "join", *join_args(command), *extra, "--log-format", "json"], name, self.log_dir)
         self.all.append(p)
         return p
 

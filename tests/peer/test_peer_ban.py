@@ -1,5 +1,6 @@
 """A malicious peer in a real 4-process swarm is scored and banned by every honest peer at the same step,
-while the honest replicas stay bit-identical; the ban shows on /metrics and on the swarm console.
+while the honest replicas stay bit-identical; the ban shows on /metrics (the swarm console's ban line:
+tests/node/test_cli_swarm.py).
 
 The attacker sends its honest direction at 100x the magnitude (``join --fault scale=100``). With bf16 values
 the magnitudes reach the wire (1-bit values would erase them); sign agreement cannot see it, the norm term of
@@ -8,13 +9,7 @@ the score keeper does (protocol/scores.py).
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 from peer_procs import PeerProc, Procs, assert_identical
@@ -68,31 +63,3 @@ def test_scaled_peer_banned_by_every_honest_peer_and_honest_replicas_stay_identi
         assert all(rows[s]["included"] <= 3 for s in range(ban_step + 1, steps)), p.name
         # An honest peer never bans another honest peer.
         assert [e["peer"] for e in p.events if e.get("event") == "banned"] == [attacker_id]
-
-
-@pytest.mark.slow
-def test_swarm_console_prints_the_ban(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "distro_node.node.cli", "swarm", "--peers", "4", "--steps", "16",
-            "--values", "bf16", "--fault", "3:scale=100", "--round-timeout", "5", "--run-dir", str(run_dir),
-            "--timeout", "200"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLCONFIGDIR": str(tmp_path / "mpl")}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # the launcher stops its peers by pid on Ctrl-C
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-    assert proc.returncode == 0, out + err
-    first = [line for line in out.splitlines() if line.startswith("ban: peer3 (")]
-    assert len(first) == 1 and "low_score" in first[0] and "after step" in first[0], out
-    assert "weights identical on every honest peer: yes" in out
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["faults"] == {"peer3": "scale=100"}
-    assert set(summary["bans"]) == {"peer3"}
-    assert {"peer0", "peer1", "peer2"} <= set(summary["bans"]["peer3"])
