@@ -19,10 +19,6 @@ LONG = ["--steps", "100000"]  # never reached: the test ends by killing the proc
 WARMUP_ROUNDS = 3  # the manifest default (--warmup-rounds)
 
 
-@pytest.mark.xfail(reason="passes on a quiet 2-core machine (11 of 11 after the gossip-load and growing-epoch"
-                          " fixes, CI included) but failed at load 15-30, where gossip reached peers 3-18 s "
-                          "late during the join's state transfer and the step stalled; kept non-strict until "
-                          "it also holds under load", strict=False)
 def test_fifth_peer_joins_at_round_10_and_matches_after_warmup(procs: Procs) -> None:
     peers = procs.swarm(4, RUN, LONG)
     peers[0].wait_step(10, 120)
