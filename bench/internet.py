@@ -6,6 +6,9 @@ end, download on the hub's) and trains a bounded number of steps. Per run it rep
 (wall time between consecutive steps, after warm-up), split into compute (forward/backward, DisTrO prepare,
 encode), apply (decode and aggregate every payload, update) and communication (the round: announcement to
 decided inclusion list), next to the bound (N-1) x payload / upload rate (the slowest uplink for `mixed`).
+Communication is further split into waiting (until the last included peer's announcement reached us: the
+slowest peer's compute, which on 2 shared cores varies by tenths of a second) and the exchange after it,
+which the bound describes exactly: the last announcer's payload still has to cross its uplink N-1 times.
 
 Preset: `small` with DisTrO top-256 of each 4096-coefficient chunk and fp32 values: 365 KB per peer per
 step. The default top-4 1-bit payload of any preset that trains on these 2 cores is a few kB (the 20m
@@ -63,7 +66,7 @@ def _median(values: list[float]) -> float | None:
 
 def measure(peers: list[PeerProc], warmup: int) -> dict[str, Any]:
     """Medians over every peer's steps after ``warmup``: step interval, compute, apply, round."""
-    intervals, compute, apply, comm, payload, recv = [], [], [], [], [], []
+    intervals, compute, apply, comm, wait, payload, recv = [], [], [], [], [], [], []
     for p in peers:
         rows = p.steps()
         for s in sorted(rows):
@@ -78,10 +81,13 @@ def measure(peers: list[PeerProc], warmup: int) -> dict[str, Any]:
                 compute.append(sum(phases.get(k, 0.0) for k in COMPUTE_PHASES))
             apply.append(sum(phases.get(k, 0.0) for k in APPLY_PHASES))
             comm.append(phases.get("round", row["round_s"]))
+            wait.append(row.get("wait_s", 0.0))
             if row.get("payload_bytes"):
                 payload.append(row["payload_bytes"])
     return {"step_s": _median(intervals), "compute_s": _median(compute), "apply_s": _median(apply),
-            "comm_s": _median(comm), "payload_bytes": int(statistics.median(payload)) if payload else None,
+            "comm_s": _median(comm), "wait_s": _median(wait),
+            "exchange_s": _median([c - w for c, w in zip(comm, wait, strict=True)]),
+            "payload_bytes": int(statistics.median(payload)) if payload else None,
             "recv_bytes_per_peer_step": int(statistics.fmean(recv)) if recv else None,
             "included_min": min((r["included"] for p in peers for s, r in p.steps().items() if s >= warmup),
                                 default=None)}
@@ -110,6 +116,8 @@ def run_one(profile: str, n: int, overlap: bool, steps: int, warmup: int, wall: 
         "profile": profile, "peers": n, "overlapped": overlap, "steps": steps, "warmup": warmup,
         "slowest_upload_mbit": up, "bound_s": round(bound, 4),
         "comm_ratio_to_bound": round(row["comm_s"] / bound, 3) if row["comm_s"] and bound else None,
+        "exchange_ratio_to_bound": (round(row["exchange_s"] / bound, 3)
+                                    if row["exchange_s"] and bound else None),
         # Received bytes over the N-1 payloads a peer needs: > 1 means payloads were downloaded twice.
         "fetch_amplification": round(row["recv_bytes_per_peer_step"] / ((n - 1) * payload), 2)
         if row["recv_bytes_per_peer_step"] and payload else None,
@@ -222,8 +230,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 pair[overlap] = row
                 print(f"{profile} N={n} {'overlapped' if overlap else 'sequential'}: step {row['step_s']} s "
-                      f"(compute {row['compute_s']}, apply {row['apply_s']}, comm {row['comm_s']}); bound "
-                      f"{row['bound_s']} s, comm/bound {row['comm_ratio_to_bound']}, fetch amplification "
+                      f"(compute {row['compute_s']}, apply {row['apply_s']}, comm {row['comm_s']} = wait "
+                      f"{row['wait_s']} + exchange {row['exchange_s']}); bound {row['bound_s']} s, "
+                      f"comm/bound {row['comm_ratio_to_bound']}, exchange/bound "
+                      f"{row['exchange_ratio_to_bound']}, fetch amplification "
                       f"{row['fetch_amplification']}; hashes equal "
                       f"{row['final_hashes_equal']}; {row['wall_s']} s", flush=True)
             if len(pair) == 2 and (merit := _pair(pair[False], pair[True])):

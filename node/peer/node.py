@@ -27,7 +27,7 @@ import logging
 import signal
 import time
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,6 +162,9 @@ class PeerNode:
         self._buffer: deque[Message] = deque(maxlen=_BUFFER_MESSAGES)
         self._heard: set[str] = set()
         self._announced: OrderedDict[int, dict[bytes, set[str]]] = OrderedDict()
+        # When each peer's announcement of a step first reached us: a round's time splits into waiting for
+        # the slowest peer's compute (its announcement) and the exchange after it.
+        self._announced_at: OrderedDict[int, dict[str, float]] = OrderedDict()
         self._resync: ResyncNeeded | None = None
         self._stop_requested = False
         self._left = False
@@ -413,8 +416,15 @@ class PeerNode:
     def _remember_announcement(self, ann: Announcement) -> None:
         by_hash = self._announced.setdefault(ann.step, {})
         by_hash.setdefault(ann.weights_hash, set()).add(ann.peer_id)
-        while len(self._announced) > _ANNOUNCE_MEMORY:
-            self._announced.popitem(last=False)
+        self._announced_at.setdefault(ann.step, {}).setdefault(ann.peer_id, trio.current_time())
+        for memory in (self._announced, self._announced_at):
+            while len(memory) > _ANNOUNCE_MEMORY:
+                memory.popitem(last=False)
+
+    def _last_announced(self, step: int, peers: Iterable[str], since: float) -> float:
+        """When the last of ``peers``' announcements of ``step`` arrived (``since`` if all came before)."""
+        seen = self._announced_at.get(step, {})
+        return max([since, *(seen[p] for p in peers if p in seen)])
 
     def announcers(self, step: int, weights_hash: bytes) -> set[str]:
         """Peers whose announcement for ``step`` carried ``weights_hash`` (signed, so each counts once)."""
@@ -808,6 +818,7 @@ class PeerNode:
         scored = await self._score(s, payloads)
         phases["score"] = time.perf_counter() - t0
         phases["round"] = t_decided - t_announced
+        t_last = self._last_announced(s, (p for p, _ in lst.entries if p != self.self_id), t_announced)
         self._applied = s + 1
         self._ready = ahead
         for key in [k for k in self._decoded if k[0] < s]:
@@ -821,6 +832,7 @@ class PeerNode:
             "sent_bytes": self._served.bytes_out, "recv_bytes": self.recv_bytes,
             "payload_bytes": payload_bytes, "overlapped": self.overlapped,
             "round_s": round(t_decided - t_announced, 4), "step_s": round(trio.current_time() - t_start, 4),
+            "wait_s": round(min(t_last, t_decided) - t_announced, 4),
             "phases": {k: round(v, 4) for k, v in phases.items()}, "weights_hash": new_hash.hex(),
             "agreement_min": scored.agreement_min, "banned": len(self.bans.keeper.banned()),
         }
