@@ -133,6 +133,11 @@ class PayloadServer:
         self.bad_requests = 0
         self.not_found = 0
         self.busy = 0
+        self.last_request_at: float | None = None  # trio time of the last well-formed request
+
+    @property
+    def uploads_in_progress(self) -> int:
+        return self.config.max_concurrent_uploads - self._uploads.value
 
     def install(self) -> None:
         self.host.set_handler(PAYLOAD_PROTOCOL, self._handle)
@@ -150,6 +155,7 @@ class PayloadServer:
             self.bad_requests += 1
             await reset_quietly(stream)
             return
+        self.last_request_at = trio.current_time()
         data = self.store.get(request.step, request.payload_hash)
         if data is None or request.run_id != self.store.run_id:
             self.not_found += 1

@@ -109,7 +109,10 @@ class PeerOptions:
     log_format: str = "text"
     startup_timeout: float = 120.0
     leave_budget: float = 4.0  # seconds a leaving peer may spend finishing its current round
-    linger: float = 1.0  # seconds a leaving peer keeps serving payloads after its goodbye
+    # A leaving peer keeps serving payloads after its goodbye until no request came for `linger` seconds and
+    # no upload is running (peers still fetching the last step need ours), for at most `linger_max` seconds.
+    linger: float = 1.0
+    linger_max: float = 30.0
     max_state_bytes: int = 1 << 30
     metrics_host: str | None = None  # None: no /metrics endpoint
     metrics_port: int = 0
@@ -159,6 +162,7 @@ class PeerNode:
         self._applies: dict[int, ApplyInclusionList] = {}
         self._decoded: dict[tuple[int, str, bytes], Payload] = {}
         self._fetching: set[tuple[int, str, bytes]] = set()  # payload fetches in flight
+        self._payload_server: PayloadServer | None = None
         self._buffer: deque[Message] = deque(maxlen=_BUFFER_MESSAGES)
         self._heard: set[str] = set()
         self._announced: OrderedDict[int, dict[bytes, set[str]]] = OrderedDict()
@@ -245,7 +249,9 @@ class PeerNode:
             self.store = PayloadStore(self.run_id, window_steps=window)
             self._served = _CountingStore(self.store)
             self.xfer = TransferConfig(max_payload_bytes=cap, attempt_timeout=20.0)
-            PayloadServer(host, self._served, self.xfer).install()  # type: ignore[arg-type]
+            server = PayloadServer(host, self._served, self.xfer)  # type: ignore[arg-type]
+            server.install()
+            self._payload_server = server
             StateServer(host, self.run_id, self._provide_snapshot).install()
             gossip_cfg = GossipConfig(publish_timeout=5.0)
             async with open_gossip(host, self.run_id, validator=self._validate, config=gossip_cfg) as gossip:
@@ -901,5 +907,19 @@ class PeerNode:
             with trio.move_on_after(2.0):
                 await self.gossip.publish(encode_message(goodbye))
             self.out.emit("left", f"goodbye sent at step {goodbye.step}", step=goodbye.step)
-        # Peers still fetching this step's payloads may need ours.
-        await trio.sleep(self.opts.linger)
+        await self._linger()
+
+    async def _linger(self) -> None:
+        """Serve until the swarm stops asking. On slow links the last step's copies of our payload can take
+        many seconds to reach every peer (7 copies of 365 KB at 2 Mbit: 10 s); a peer that left after a fixed
+        second stranded the slowest peers of a run, which then could not apply its last step."""
+        server = self._payload_server
+        start = trio.current_time()
+        with trio.move_on_after(self.opts.linger_max):
+            while True:
+                now = trio.current_time()
+                last = max(start, server.last_request_at or start) if server is not None else start
+                busy = server is not None and server.uploads_in_progress > 0
+                if not busy and now - last >= self.opts.linger:
+                    return
+                await trio.sleep(min(0.1, self.opts.linger))

@@ -53,6 +53,9 @@ def test_payload_fetched_and_hash_verified() -> None:
             assert got == data and payload_digest(got) == digest
             assert servers[1].store.get(5, digest) == data  # kept, so this peer serves it now
             assert servers[0].served == 1
+            # What a leaving peer watches to know the swarm stopped asking (node/peer/node.py _linger).
+            assert servers[0].last_request_at is not None and servers[1].last_request_at is None
+            assert servers[0].uploads_in_progress == 0
 
     trio.run(body)
 
