@@ -30,6 +30,7 @@ Facts about py-libp2p 0.8.1 this module is shaped by (checked in the installed s
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -294,6 +295,13 @@ async def open_gossip(
         max_messages_per_topic_per_second=cfg.max_messages_per_topic_per_second,
     )
     pubsub = Pubsub(host.libp2p, router, strict_signing=True, max_inbound_rpc_size=cfg.max_inbound_rpc_bytes)
+    # A message's id is its sender plus a sequence number, and py-libp2p starts the sequence at the current
+    # time in *seconds*, one more per message. A peer sending ~10 messages a second, restarted with its
+    # identity, therefore reused numbers its previous process had sent, and every peer dropped its messages
+    # as already seen until the new numbers passed the old ones: on the namespace testbed for ~11 s after a
+    # restart, and in bench/churn.py's N3 (a warming peer sends fewer messages) for good. Nanoseconds, as
+    # go-libp2p does, leave no overlap.
+    pubsub.counter = time.time_ns()
     topic = announce_topic(run_id, name)
     channel = AnnouncementChannel(host, pubsub, topic, cfg)
     pubsub.set_topic_validator(topic, lambda fwd, msg: channel._accept(fwd, msg, validator), False)

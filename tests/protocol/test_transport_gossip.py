@@ -17,8 +17,9 @@ from distro_node.protocol.gossip import (
     announce_topic,
     open_gossip,
 )
-from distro_node.protocol.host import P2PHost
-from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
+from distro_node.protocol.host import P2PHost, open_host
+from distro_node.protocol.testing import NO_PX_LOOP, WAIT, connect_all_to, start_hosts
+from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
 RUN = bytes.fromhex("ab" * 32)
@@ -141,5 +142,29 @@ def test_late_subscriber_gets_only_the_newest_messages_through_the_queue() -> No
             while not got or got[-1] != b"after":
                 got.append((await _receive_one(late)).data)
             assert got == [*sent[-CATCH_UP_MESSAGES:], b"after"]
+
+    trio.run(body)
+
+
+@pytest.mark.network
+def test_peer_restarted_with_its_identity_is_heard_at_once() -> None:
+    """Message ids are sender + sequence number; a restart must not reuse the previous process's numbers,
+    or every peer drops the new messages as already seen (what kept restarted volunteers unheard)."""
+
+    async def body() -> None:
+        key = create_new_key_pair()
+        async with start_hosts(1) as (hub,), open_gossip(hub, RUN) as hub_chan:
+            for life, count in ((0, 30), (1, 1)):
+                async with open_host(key, NO_PX_LOOP) as host, open_gossip(host, RUN) as chan:
+                    with trio.fail_after(WAIT):
+                        await host.dial(str(hub.addrs()[0]))
+                        await chan.wait_for_subscribers({hub.peer_id}, timeout=WAIT)
+                        await hub_chan.wait_for_subscribers({host.peer_id}, timeout=WAIT)
+                    for i in range(count):
+                        await chan.publish(f"life {life} message {i}".encode())
+                    last = f"life {life} message {count - 1}".encode()
+                    with trio.fail_after(WAIT):
+                        while (await hub_chan.receive()).data != last:
+                            pass
 
     trio.run(body)
