@@ -222,11 +222,7 @@ class AnnouncementChannel:
         # No progress for this long means the connection is half dead (the remote stopped reading it).
         # Closing every connection to the peer lets both sides notice; peer exchange re-dials it and pubsub
         # opens fresh streams on the new connection.
-        with trio.move_on_after(2.0):
-            try:
-                await self._host.libp2p.get_network().close_peer(peer_id)
-            except Exception as exc:
-                logger.debug("closing connections to stuck peer %s failed: %r", peer_id, exc)
+        await self._host.disconnect(peer_id)
 
     async def receive(self) -> GossipMessage:
         return await self._recv.receive()

@@ -166,14 +166,15 @@ class P2PHost:
         if peer_id == self.peer_id:
             return
         self._blocked.add(peer_id)
-        await self._close_blocked(peer_id)
+        await self.disconnect(peer_id)
 
-    async def _close_blocked(self, peer_id: ID) -> None:
+    async def disconnect(self, peer_id: ID) -> None:
+        """Close every connection to ``peer_id`` (bounded to 2 s; failures are logged, never raised)."""
         with trio.move_on_after(2.0):
             try:
                 await self._host.get_network().close_peer(peer_id)
             except Exception as exc:  # the connection may already be going down
-                logger.debug("closing connections to blocked peer %s failed: %r", peer_id, exc)
+                logger.debug("closing connections to %s failed: %r", peer_id, exc)
 
     # --- stream handlers ----------------------------------------------------------------------------------
 
@@ -356,7 +357,7 @@ class P2PHost:
         while True:
             await trio.sleep(self.config.px_interval * random.uniform(0.8, 1.2))
             for peer_id in sorted(self.connected_peers() & self._blocked, key=str):  # it dialed us again
-                await self._close_blocked(peer_id)
+                await self.disconnect(peer_id)
             await self.discover()
 
 

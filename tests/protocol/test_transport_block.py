@@ -3,8 +3,6 @@ advertised again (protocol/host.py ``P2PHost.block``)."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import trio
 from distro_node.protocol.errors import DialError, TransportError
@@ -13,11 +11,6 @@ from distro_node.protocol.testing import NO_PX_LOOP, WAIT
 from libp2p.crypto.ed25519 import create_new_key_pair
 
 pytestmark = pytest.mark.network
-
-
-@pytest.fixture(autouse=True)
-def _quiet_libp2p() -> None:
-    logging.getLogger("libp2p").setLevel(logging.ERROR)
 
 
 def test_blocked_peer_is_disconnected_refused_and_not_advertised() -> None:

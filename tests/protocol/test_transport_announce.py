@@ -3,7 +3,6 @@ another is the address it announced, not the one it bound."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 import pytest
@@ -19,11 +18,6 @@ pytestmark = pytest.mark.network
 # Documentation-range and example names: never dialed by this test, only learned.
 A_PUBLIC = "/ip4/192.0.2.7/tcp/4747"
 B_PUBLIC = "/dns4/node-b.example/tcp/4747"
-
-
-@pytest.fixture(autouse=True)
-def _quiet_libp2p() -> None:
-    logging.getLogger("libp2p").setLevel(logging.ERROR)
 
 
 def test_the_other_side_learns_the_announced_address() -> None:
