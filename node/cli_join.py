@@ -120,7 +120,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "(default 2)")
     run.add_argument("--liveness-timeout", type=float, default=5.0,
                      help="seconds without a heartbeat after which a peer is no longer waited for "
-                          "(default 5)")
+                          "(default 5); a peer whose connections all closed (a crash) is not waited "
+                          "for at all until it is heard from again")
     run.add_argument("--warmup-rounds", type=int, default=3,
                      help="rounds a newcomer trains without being included (default 3)")
     run.add_argument("--genesis-peers", type=int, default=1,

@@ -80,11 +80,16 @@ class HostConfig:
                 raise ValueError(f"HostConfig.{name} must be >= 1")
 
 
+_LOST_BUFFER = 256
+
+
 class _ConnectionWatch(INotifee):
-    """Turns swarm connect/disconnect callbacks into a trio.Event so waiters need no polling."""
+    """Turns swarm connect/disconnect callbacks into a trio.Event so waiters need no polling, and tells
+    subscribers when the last connection to a peer has closed."""
 
     def __init__(self) -> None:
         self.changed = trio.Event()
+        self.lost_sinks: list[trio.MemorySendChannel[ID]] = []
 
     def _bump(self) -> None:
         self.changed.set()
@@ -101,6 +106,15 @@ class _ConnectionWatch(INotifee):
 
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
         self._bump()
+        peer_id = conn.muxed_conn.peer_id
+        if self.lost_sinks and not network.get_connections(peer_id):
+            for sink in list(self.lost_sinks):
+                try:
+                    sink.send_nowait(peer_id)
+                except trio.WouldBlock:
+                    logger.debug("lost-peer subscriber is behind; dropped %s", peer_id)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self.lost_sinks.remove(sink)
 
     async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
         return None
@@ -243,6 +257,14 @@ class P2PHost:
             raise DialError(str(peer_id), f"stream open timed out ({protocol})") from exc
         except Exception as exc:
             raise DialError(str(peer_id), f"cannot open {protocol}: {type(exc).__name__}: {exc}") from exc
+
+    def lost_peers(self) -> trio.MemoryReceiveChannel[ID]:
+        """A channel of peers whose last connection to us just closed (a crashed peer's kernel closes its
+        sockets at once). Bounded: a subscriber that falls behind misses entries rather than growing memory.
+        """
+        send, receive = trio.open_memory_channel[ID](_LOST_BUFFER)
+        self._watch.lost_sinks.append(send)
+        return receive
 
     async def wait_for_peers(self, count: int, timeout: float) -> None:
         """Block until at least ``count`` peers are connected; trio.TooSlowError after ``timeout``."""

@@ -263,6 +263,7 @@ class LivenessView:
         self._last_seen: dict[str, float] = {}
         self._step: dict[str, int] = {}
         self._left_at: dict[str, int] = {}  # peer -> first step it said it will not take part in
+        self._lost: set[str] = set()  # our last connection to the peer closed and nothing was heard since
         self.evicted = 0
         self.refused = 0
 
@@ -279,6 +280,7 @@ class LivenessView:
             self.refused += 1
             return False
         self._last_seen[peer_id] = max(now, self._last_seen.get(peer_id, now))
+        self._lost.discard(peer_id)
         if step is not None:
             self._step[peer_id] = max(step, self._step.get(peer_id, step))
             left = self._left_at.get(peer_id)
@@ -293,6 +295,16 @@ class LivenessView:
         self._last_seen[peer_id] = max(now, self._last_seen.get(peer_id, now))
         self._left_at[peer_id] = step
 
+    def lost(self, peer_id: str) -> None:
+        """Our last connection to a peer closed: treat it as silent until we hear from it again.
+
+        A crashed process's sockets are closed by its kernel, so this is the first sign of a crash, seconds
+        to ``liveness_timeout`` before its silence would be. It is local evidence only, like silence: it
+        changes whom we wait for, never what is decided. Only tracked peers are marked, so it costs no room.
+        """
+        if peer_id in self._last_seen:
+            self._lost.add(peer_id)
+
     def has_left(self, peer_id: str) -> bool:
         return peer_id in self._left_at
 
@@ -301,7 +313,8 @@ class LivenessView:
 
     def is_alive(self, peer_id: str, now: float, timeout: float) -> bool:
         seen = self._last_seen.get(peer_id)
-        return seen is not None and peer_id not in self._left_at and now - seen <= timeout
+        return (seen is not None and peer_id not in self._left_at and peer_id not in self._lost
+                and now - seen <= timeout)
 
     def last_seen(self, peer_id: str) -> float | None:
         return self._last_seen.get(peer_id)
@@ -319,5 +332,6 @@ class LivenessView:
         self._last_seen.pop(victim, None)
         self._step.pop(victim, None)
         self._left_at.pop(victim, None)
+        self._lost.discard(victim)
         self.evicted += 1
         return True

@@ -463,6 +463,21 @@ class RoundMachine:
         self._advance(out)
         return out
 
+    def on_disconnected(self, peer_id: str, now: float) -> list[Action]:
+        """Our last connection to ``peer_id`` closed: stop waiting for it until it is heard from again.
+
+        Why: a killed peer otherwise held its round for ``liveness_timeout`` (30 s by default). Safety is as
+        with silence (see :meth:`_skip_absent_leaders`): it only moves when we propose and which epochs we
+        skip. A peer that is still alive, and only lost its link to us, is waited for again at its next
+        message; at worst it misses one list.
+        """
+        self._tick(now)
+        out: list[Action] = []
+        if peer_id != self.self_id:
+            self._liveness.lost(peer_id)
+        self._advance(out)
+        return out
+
     def on_tick(self, now: float) -> list[Action]:
         """Time passed: deadlines, epochs, retries. Call at :meth:`next_wakeup` or periodically."""
         self._tick(now)

@@ -184,6 +184,7 @@ class PeerNode:
         self._compute_limit = trio.CapacityLimiter(1)
         self._decode_limit = trio.CapacityLimiter(1)
         self._outbox_send, self._outbox_recv = trio.open_memory_channel[bytes](1024)
+        self._outbox_drained = trio.Event()  # set when the publisher has sent everything, goodbye included
         self.telemetry: Telemetry | None = None
         self._resume: Resume | None = None
         self._ckpt_store = (CheckpointStore(options.checkpoint_dir, keep_last=options.checkpoint_keep)
@@ -260,6 +261,7 @@ class PeerNode:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     nursery.start_soon(self._gossip_loop)
+                    nursery.start_soon(self._lost_peer_loop, host.lost_peers())
                     nursery.start_soon(self._publisher)
                     nursery.start_soon(self._heartbeat_loop)
                     nursery.start_soon(self._signal_loop)
@@ -419,6 +421,15 @@ class PeerNode:
                 continue
             self._dispatch(msg)
 
+    async def _lost_peer_loop(self, lost: trio.MemoryReceiveChannel[ID]) -> None:
+        """A peer's last connection closed: the machine stops waiting for it (a crash is seen at once instead
+        of after ``liveness_timeout``; see RoundMachine.on_disconnected)."""
+        async for peer_id in lost:
+            m = self.machine
+            if m is not None:
+                self._handle(m.on_disconnected(str(peer_id), trio.current_time()))
+                self._bump()  # deadlines moved even when there is nothing to do yet
+
     def _remember_announcement(self, ann: Announcement) -> None:
         by_hash = self._announced.setdefault(ann.step, {})
         by_hash.setdefault(ann.weights_hash, set()).add(ann.peer_id)
@@ -464,14 +475,19 @@ class PeerNode:
             self._outbox_send.send_nowait(encode_message(msg))
         except trio.WouldBlock:
             logger.warning("gossip outbox full; dropped a %s", type(msg).__name__)
+        except trio.ClosedResourceError:
+            logger.debug("left the swarm; not publishing a %s", type(msg).__name__)
 
     async def _publisher(self) -> None:
-        """One task publishes everything, in order: a vote never overtakes the list it votes for."""
+        """One task publishes everything, in order: a vote never overtakes the list it votes for, and nothing
+        we queued before our goodbye arrives after it (a heartbeat for the goodbye's step arriving later
+        reads as our return, and the others would wait for us again)."""
         async for data in self._outbox_recv:
             try:
                 await self.gossip.publish(data)
             except GossipError as exc:
                 logger.warning("gossip publish failed: %s", exc)
+        self._outbox_drained.set()
 
     # ------------------------------------------------------------------------------------------ actions
 
@@ -904,9 +920,13 @@ class PeerNode:
         self._left = True
         if m is not None:
             goodbye = m.make_goodbye()
+            self._publish(goodbye)  # behind whatever is still queued, so the goodbye is the last word
+            self._outbox_send.close()
             with trio.move_on_after(2.0):
-                await self.gossip.publish(encode_message(goodbye))
-            self.out.emit("left", f"goodbye sent at step {goodbye.step}", step=goodbye.step)
+                await self._outbox_drained.wait()
+            sent = self._outbox_drained.is_set()
+            how = "sent" if sent else "queued (the outbox did not drain within 2 s)"
+            self.out.emit("left", f"goodbye {how} at step {goodbye.step}", step=goodbye.step, sent=sent)
         await self._linger()
 
     async def _linger(self) -> None:

@@ -48,6 +48,31 @@ def test_kill_9_mid_round_others_close_it_by_the_deadline(procs: Procs) -> None:
         assert rows[last]["included"] == 3 and rows[last]["roster"] == 3, rows[last]
 
 
+def test_kill_9_of_the_next_leader_is_noticed_at_once(procs: Procs) -> None:
+    """With 20 s deadlines and 30 s of silence before a peer counts as dead, only the closed connections
+    can tell the survivors of the crash in time: rounds stay far below both."""
+    slow_timeouts = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-timeout", "20",
+                     "--leader-timeout", "1", "--liveness-timeout", "30"]
+    peers = procs.swarm(4, slow_timeouts, ["--steps", "60"])
+    by_id = _ids(peers)
+    run_id = peers[0].info()["run_id"]
+    ids = sorted(by_id)
+    kill_after = next(k for k in range(6, 30) if leader(run_id, k + 1, ids) == leader(run_id, k + 2, ids))
+    victim = by_id[leader(run_id, kill_after + 1, ids)]
+    victim.wait_step(kill_after, 60)
+    victim.signal(signal.SIGKILL)
+    survivors = [p for p in peers if p is not victim]
+    last = kill_after + 6
+    for p in survivors:
+        p.wait_step(last, 60)
+    assert_identical(survivors, range(last + 1))
+    for p in survivors:
+        rows = p.steps()
+        times = {s: rows[s]["round_s"] for s in range(kill_after + 1, last + 1)}
+        assert max(times.values()) < 4.0, f"{p.name} waited for the crashed peer: {times}"
+        assert rows[last]["included"] == 3 and rows[last]["roster"] == 3, rows[last]
+
+
 def test_graceful_leave_next_round_does_not_wait(procs: Procs) -> None:
     peers = procs.swarm(4, RUN, ["--steps", "60"])
     leaver = peers[2]
@@ -56,7 +81,9 @@ def test_graceful_leave_next_round_does_not_wait(procs: Procs) -> None:
     leaver.signal(signal.SIGTERM)
     assert leaver.wait_exit(10) == 0
     assert time.monotonic() - sent < 10
-    left = leaver.wait_for(lambda e: e.get("event") == "left", 1, "left")["step"]
+    event = leaver.wait_for(lambda e: e.get("event") == "left", 1, "left")
+    assert event["sent"] is True, event
+    left = event["step"]
     survivors = [p for p in peers if p is not leaver]
     for p in survivors:
         p.wait_step(left + 4, 60)

@@ -147,6 +147,17 @@ def test_goodbye_stands_against_late_messages_and_is_undone_by_a_rejoin() -> Non
     assert not view.has_left("a") and view.is_alive("a", 9.0, 1.0)
 
 
+def test_a_lost_connection_silences_a_peer_until_it_is_heard_again() -> None:
+    view = LivenessView(max_tracked=10)
+    view.observe("a", 1.0, 4, protected=())
+    view.lost("a")
+    assert not view.is_alive("a", 1.0, 30.0) and not view.has_left("a")
+    view.observe("a", 1.5, None, protected=())  # a heartbeat: it is alive after all
+    assert view.is_alive("a", 1.5, 30.0)
+    view.lost("zz")  # never heard of: nothing is tracked
+    assert len(view) == 1 and not view.is_alive("zz", 1.5, 30.0)
+
+
 def test_liveness_is_bounded_and_never_evicts_protected_peers() -> None:
     view = LivenessView(max_tracked=3)
     protected = {"a", "b"}

@@ -19,6 +19,7 @@ from distro_node.protocol.identity import load_identity, load_or_create_identity
 from distro_node.protocol.testing import FAST_PX as FAST
 from distro_node.protocol.testing import NO_PX_LOOP as QUIET
 from distro_node.protocol.testing import WAIT, start_hosts
+from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.keys import KeyType
 from libp2p.crypto.rsa import create_new_key_pair as create_rsa_key_pair
 
@@ -145,5 +146,29 @@ def test_four_hosts_converge_when_joining_concurrently() -> None:
                     for h in hosts[1:]:
                         nursery.start_soon(h.bootstrap, [seed])
             await _wait_full_mesh(hosts)
+
+    trio.run(body)
+
+
+@pytest.mark.network
+def test_lost_peers_reports_a_peer_once_its_last_connection_closes() -> None:
+    """What the round machine hears when a peer's process goes away (see RoundMachine.on_disconnected)."""
+
+    async def body() -> None:
+        async with start_hosts(2) as (a, b):
+            lost = a.lost_peers()
+            async with open_host(create_new_key_pair(), QUIET) as c:
+                with trio.fail_after(WAIT):
+                    await b.bootstrap([str(a.addrs()[0])])
+                    await c.bootstrap([str(a.addrs()[0])])
+                    await a.wait_for_peers(2, timeout=WAIT)
+                with pytest.raises(trio.WouldBlock):
+                    lost.receive_nowait()
+            with trio.fail_after(WAIT):
+                assert await lost.receive() == c.peer_id
+            assert a.is_connected(b.peer_id)
+            await a.disconnect(b.peer_id)
+            with trio.fail_after(WAIT):
+                assert await lost.receive() == b.peer_id
 
     trio.run(body)
