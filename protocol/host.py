@@ -38,6 +38,7 @@ from .peer_exchange import (
     MAX_SELF_ADDRS,
     PX_PROTOCOL,
     PeerBook,
+    RedialSchedule,
     encode_addr_list,
     read_addr_list,
 )
@@ -83,6 +84,12 @@ class HostConfig:
 _LOST_BUFFER = 256
 
 
+def _open_connections(network: INetwork, peer_id: ID) -> list[INetConn]:
+    """py-libp2p 0.8.1 can keep closed connections listed (a close cut short by its timeout never removes
+    them), and counts their peer as connected; streams to it then fail with "no valid connections"."""
+    return [c for c in network.get_connections(peer_id) if not getattr(c, "is_closed", False)]
+
+
 class _ConnectionWatch(INotifee):
     """Turns swarm connect/disconnect callbacks into a trio.Event so waiters need no polling, and tells
     subscribers when the last connection to a peer has closed."""
@@ -107,7 +114,7 @@ class _ConnectionWatch(INotifee):
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
         self._bump()
         peer_id = conn.muxed_conn.peer_id
-        if self.lost_sinks and not network.get_connections(peer_id):
+        if self.lost_sinks and not _open_connections(network, peer_id):
             for sink in list(self.lost_sinks):
                 try:
                     sink.send_nowait(peer_id)
@@ -136,6 +143,7 @@ class P2PHost:
         self._dial_limit = trio.Semaphore(config.dial_concurrency)
         self._announce = [parse_multiaddr(a) for a in config.announce_addrs]
         self._blocked: set[ID] = set()  # banned peers: never dialed, streams refused, never advertised
+        self._redials = RedialSchedule()
         for addr in self._announce:
             if "p2p" in [p.name for p in addr.protocols()]:
                 raise BadMultiaddrError(str(addr), "announce addresses take no /p2p/ part")
@@ -162,7 +170,25 @@ class P2PHost:
         return self.addrs()
 
     def connected_peers(self) -> set[ID]:
+        """Peers with at least one open connection (closed ones are dropped first; see ``_prune_closed``)."""
+        self._prune_closed()
         return set(self._host.get_connected_peers())
+
+    def _prune_closed(self) -> None:
+        """Forget connections py-libp2p closed but still lists (see ``_open_connections``).
+
+        Why: while one is listed, libp2p counts its peer as connected, ``connect`` returns without dialing
+        and every new stream fails with "no valid connections". After a partition each side kept such
+        connections to the other, never dialed it again, and the swarm stayed split after the heal.
+        """
+        network = self._host.get_network()
+        remove = getattr(network, "remove_conn", None)
+        if remove is None:
+            return
+        for conns in network.get_connections_map().values():
+            for conn in conns:
+                if getattr(conn, "is_closed", False):
+                    remove(conn)
 
     def is_connected(self, peer_id: ID) -> bool:
         return peer_id in self.connected_peers()
@@ -226,7 +252,7 @@ class P2PHost:
             raise DialError(str(peer_id), "refusing to dial ourselves")
         if peer_id in self._blocked:
             raise DialError(str(peer_id), "banned")
-        if self.is_connected(peer_id):
+        if self.is_connected(peer_id):  # prunes closed connections, so libp2p dials below
             return
         addrs = list(transports) or list(self.peer_book.addrs(peer_id))
         if not addrs:
@@ -324,11 +350,19 @@ class P2PHost:
         return self.peer_book.add_peer_addrs(reply)
 
     async def discover(self) -> None:
-        """Ask a few connected peers for their peers and dial the new ones (one periodic round)."""
+        """Ask a few connected peers for their peers and dial the new ones, then redial known peers we lost
+        whose turn has come (one periodic round; see RedialSchedule for why)."""
         peers = sorted(self.connected_peers(), key=str)
         random.shuffle(peers)
         for peer_id in peers[: self.config.px_fanout]:
             await self._exchange_and_dial(peer_id)
+        connected = self.connected_peers()
+        lost = [p for p in self.peer_book.known() if p not in connected and p not in self._blocked]
+        room = self.config.max_peers - len(connected)
+        due = self._redials.due(lost, trio.current_time())[: max(room, 0)]
+        async with trio.open_nursery() as nursery:
+            for p in due:
+                nursery.start_soon(self._dial_quietly, p)
 
     async def _exchange_and_dial(self, peer_id: ID) -> None:
         try:
@@ -346,7 +380,11 @@ class P2PHost:
         try:
             await self.connect(peer_id)
         except DialError as exc:
-            logger.debug("could not dial discovered peer: %s", exc)
+            logger.debug("could not dial known peer: %s", exc)
+            if self._redials.failed(peer_id, trio.current_time()):
+                self.peer_book.forget(peer_id)
+        else:
+            self._redials.succeeded(peer_id)
 
     async def _serve_peer_exchange(self, stream: INetStream) -> None:
         remote = stream.muxed_conn.peer_id

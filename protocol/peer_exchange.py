@@ -111,8 +111,51 @@ class PeerBook:
     def known(self) -> list[ID]:
         return list(self._book)
 
+    def forget(self, peer_id: ID) -> None:
+        self._book.pop(peer_id, None)
+
     def __contains__(self, peer_id: object) -> bool:
         return peer_id in self._book
 
     def __len__(self) -> int:
         return len(self._book)
+
+
+class RedialSchedule:
+    """When to dial again a known peer we are not connected to: at once, then after 1, 2, 4, 8, 10, 10 ... s.
+
+    Why: peer exchange only advertises connected peers. After a partition both sides have closed their
+    links across the cut, so no exchange ever names the other side again, and without redialing known
+    peers the swarm stayed two islands after the network healed. A peer that stays unreachable for
+    ``give_up_after`` attempts (~10 min with the defaults) is forgotten, so dead peers cost nothing for good.
+    The cap bounds how long a healed partition stays split: a 60 s cut has backed every dial off to it.
+    Pure: time is passed in. Bounded by the peer book it is fed from.
+    """
+
+    def __init__(self, base: float = 1.0, cap: float = 10.0, give_up_after: int = 64) -> None:
+        self._base, self._cap, self._give_up = base, cap, give_up_after
+        self._next: dict[ID, tuple[float, int]] = {}  # peer -> (next attempt time, failed attempts)
+
+    def due(self, candidates: Iterable[ID], now: float) -> list[ID]:
+        """The candidates whose next attempt has come, least-tried first."""
+        candidates = list(candidates)
+        keep = set(candidates)
+        for peer in [p for p in self._next if p not in keep]:  # connected again, or gone from the book
+            del self._next[peer]
+        ready = [p for p in candidates if self._next.get(p, (now, 0))[0] <= now]
+        return sorted(ready, key=lambda p: self._next.get(p, (now, 0))[1])
+
+    def failed(self, peer_id: ID, now: float) -> bool:
+        """Record a failed dial; True when the peer should be forgotten."""
+        attempts = self._next.get(peer_id, (now, 0))[1] + 1
+        if attempts >= self._give_up:
+            self._next.pop(peer_id, None)
+            return True
+        self._next[peer_id] = (now + min(self._cap, self._base * 2 ** (attempts - 1)), attempts)
+        return False
+
+    def succeeded(self, peer_id: ID) -> None:
+        self._next.pop(peer_id, None)
+
+    def __len__(self) -> int:
+        return len(self._next)

@@ -43,7 +43,13 @@ class JoinError(RuntimeError):
 
 
 def _donor_candidates(node: PeerNode, first: ID | None) -> list[ID]:
+    """``first`` (the bootstrap peer), then the peers heard at the highest steps. Why: after a partition
+    heals, the other peers of our side are as far behind as we are and hold their answer until a step
+    boundary they cannot reach; asking them first cost every attempt its full timeout."""
+    m = node.machine
     peers = sorted(node.host.connected_peers(), key=str)
+    if m is not None:
+        peers.sort(key=lambda p: -1 if (h := m.liveness.highest_step(str(p))) is None else h, reverse=True)
     ordered = ([first] if first is not None and first in peers else []) + [p for p in peers if p != first]
     return ordered[:MAX_DONORS]
 

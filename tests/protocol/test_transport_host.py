@@ -172,3 +172,24 @@ def test_lost_peers_reports_a_peer_once_its_last_connection_closes() -> None:
                 assert await lost.receive() == b.peer_id
 
     trio.run(body)
+
+
+@pytest.mark.network
+def test_a_lost_known_peer_is_redialed_although_no_exchange_names_it() -> None:
+    """After a partition nobody across the cut is connected, so only the peer book can bring it back."""
+
+    async def body() -> None:
+        async with start_hosts(2) as (a, b):
+            with trio.fail_after(WAIT):
+                await b.bootstrap([str(a.addrs()[0])])
+                await a.wait_for_peers(1, timeout=WAIT)
+            lost = a.lost_peers()
+            await a.disconnect(b.peer_id)
+            with trio.fail_after(WAIT):
+                await lost.receive()
+            assert not a.is_connected(b.peer_id) and b.peer_id in a.peer_book
+            with trio.fail_after(WAIT):
+                await a.discover()
+            assert a.is_connected(b.peer_id)
+
+    trio.run(body)
