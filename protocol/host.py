@@ -274,12 +274,19 @@ class P2PHost:
         return peer_id
 
     async def open_stream(self, peer_id: ID, protocol: TProtocol) -> INetStream:
-        """Open a protocol stream, connecting first from the peer book if needed."""
+        """Open a protocol stream, connecting first from the peer book if needed.
+
+        A connection on which no stream opens within ``dial_timeout`` is closed, so the next call dials a
+        fresh one. Why: TCP connections that lived through a partition come back with retransmission
+        timers backed off to a minute or more; after a heal, state syncs and payload fetches on them timed
+        out again and again (40 s each) while a new connection would have worked at once.
+        """
         await self.connect(peer_id)
         try:
             with trio.fail_after(self.config.dial_timeout):
                 return await self._host.new_stream(peer_id, [protocol])
         except trio.TooSlowError as exc:
+            await self.disconnect(peer_id)
             raise DialError(str(peer_id), f"stream open timed out ({protocol})") from exc
         except Exception as exc:
             raise DialError(str(peer_id), f"cannot open {protocol}: {type(exc).__name__}: {exc}") from exc

@@ -170,6 +170,11 @@ class PeerNode:
         # the slowest peer's compute (its announcement) and the exchange after it.
         self._announced_at: OrderedDict[int, dict[str, float]] = OrderedDict()
         self._resync: ResyncNeeded | None = None
+        # While a resync runs, gossip is held and replayed after the restore, as for a joiner: dispatched
+        # at once, the lists and votes of the steps decided during the transfer were far-future steps for
+        # our old state and were dropped, so the resynced peer waited for laggard answers that came too late
+        # (the deciders had pruned those steps) and had to resync again, over and over.
+        self._resyncing = False
         self._stop_requested = False
         self._left = False
         self._stop_deadline = 0.0
@@ -415,7 +420,7 @@ class PeerNode:
             self._heard.add(author_of(msg))
             if isinstance(msg, Announcement):
                 self._remember_announcement(msg)
-            if self.machine is None:
+            if self.machine is None or self._resyncing:
                 self._buffer.append(msg)
                 self._bump()
                 continue
@@ -903,17 +908,22 @@ class PeerNode:
         m = self.machine
         if request is None or m is None:
             return
+        self._resyncing = True
         try:
             state, how = await sync_from_swarm(self, genesis=False)
         except JoinError as exc:
             self.out.emit("resync_failed", f"resync failed: {exc}", reason=str(exc))
+            self._replay_buffer()  # still our state: what arrived meanwhile is for it
             return
+        finally:
+            self._resyncing = False
         self._applies.clear()
         self._ready = None  # computed on the weights we just replaced
         self._applied = state.next_step
         self._handle(m.restore(state, trio.current_time()))
         self.out.emit("resynced", f"resynced to step {state.next_step} ({how})", step=state.next_step,
                       weights_hash=self.trainer.weights_hash.hex())
+        self._replay_buffer()
 
     async def _leave(self) -> None:
         m = self.machine

@@ -43,13 +43,19 @@ class JoinError(RuntimeError):
 
 
 def _donor_candidates(node: PeerNode, first: ID | None) -> list[ID]:
-    """``first`` (the bootstrap peer), then the peers heard at the highest steps. Why: after a partition
-    heals, the other peers of our side are as far behind as we are and hold their answer until a step
-    boundary they cannot reach; asking them first cost every attempt its full timeout."""
+    """``first`` (the bootstrap peer), then the peers heard at the highest steps, leaving out peers known to
+    be behind the best of them. Why: after a partition heals, the other peers of our side are as far behind
+    as we are and hold their answer until a step boundary they cannot reach, and a sync waits for every
+    donor it asked: one such donor cost each attempt ~30 s."""
     m = node.machine
     peers = sorted(node.host.connected_peers(), key=str)
     if m is not None:
-        peers.sort(key=lambda p: -1 if (h := m.liveness.highest_step(str(p))) is None else h, reverse=True)
+        steps = {p: m.liveness.highest_step(str(p)) for p in peers}
+        known = [h for h in steps.values() if h is not None]
+        if known:
+            floor = max(known) - m.config.behind_steps
+            peers = [p for p in peers if (h := steps[p]) is None or h >= floor]
+        peers.sort(key=lambda p: -1 if (h := steps[p]) is None else h, reverse=True)
     ordered = ([first] if first is not None and first in peers else []) + [p for p in peers if p != first]
     return ordered[:MAX_DONORS]
 
