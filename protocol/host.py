@@ -384,6 +384,12 @@ class P2PHost:
                 nursery.start_soon(self._dial_quietly, p)
 
     async def _dial_quietly(self, peer_id: ID) -> None:
+        # py-libp2p refuses for 60 s to dial a peer whose addresses all failed once; during a partition
+        # every redial fails, so after the heal that cache, not the network, kept the sides apart for up
+        # to a minute. RedialSchedule already spaces these dials out.
+        unblock = getattr(self._host.get_network(), "unblock_peer", None)
+        if unblock is not None:
+            unblock(peer_id)
         try:
             await self.connect(peer_id)
         except DialError as exc:
