@@ -20,6 +20,26 @@ def _ids(peers: list[PeerProc]) -> dict[str, PeerProc]:
     return {p.info()["peer_id"]: p for p in peers}
 
 
+def _rounds_after_kill(
+    peers: list[PeerProc], victim: PeerProc, kill_after: int
+) -> dict[str, dict[int, float]]:
+    """SIGKILL ``victim`` once it applied ``kill_after``; the survivors must stay identical and list 3 of 3
+    after 6 more steps. Returns each survivor's round times of those steps."""
+    victim.wait_step(kill_after, 60)
+    victim.signal(signal.SIGKILL)  # it is now computing or announcing step kill_after + 1
+    survivors = [p for p in peers if p is not victim]
+    last = kill_after + 6
+    for p in survivors:
+        p.wait_step(last, 60)
+    assert_identical(survivors, range(last + 1))
+    out: dict[str, dict[int, float]] = {}
+    for p in survivors:
+        rows = p.steps()
+        assert rows[last]["included"] == 3 and rows[last]["roster"] == 3, rows[last]
+        out[p.name] = {s: rows[s]["round_s"] for s in range(kill_after + 1, last + 1)}
+    return out
+
+
 def test_kill_9_mid_round_others_close_it_by_the_deadline(procs: Procs) -> None:
     peers = procs.swarm(4, RUN, ["--steps", "60"])
     by_id = _ids(peers)
@@ -32,20 +52,9 @@ def test_kill_9_mid_round_others_close_it_by_the_deadline(procs: Procs) -> None:
         if v not in {leader(run_id, s, ids) for s in range(k, k + 5)}
     )
     kill_after, victim_id = choice
-    victim = by_id[victim_id]
-    victim.wait_step(kill_after, 60)
-    victim.signal(signal.SIGKILL)  # it is now computing or announcing step kill_after + 1
-    survivors = [p for p in peers if p is not victim]
-    last = kill_after + 6
-    for p in survivors:
-        p.wait_step(last, 60)
-    assert_identical(survivors, range(last + 1))
-    for p in survivors:
-        rows = p.steps()
-        after = range(kill_after + 1, last + 1)
-        slow = {s: rows[s]["round_s"] for s in after if rows[s]["round_s"] > TIMEOUT + 1}
-        assert not slow, f"{p.name}: rounds after the crash exceeded the deadline + 1 s: {slow}"
-        assert rows[last]["included"] == 3 and rows[last]["roster"] == 3, rows[last]
+    for name, times in _rounds_after_kill(peers, by_id[victim_id], kill_after).items():
+        slow = {s: t for s, t in times.items() if t > TIMEOUT + 1}
+        assert not slow, f"{name}: rounds after the crash exceeded the deadline + 1 s: {slow}"
 
 
 def test_kill_9_of_the_next_leader_is_noticed_at_once(procs: Procs) -> None:
@@ -59,18 +68,8 @@ def test_kill_9_of_the_next_leader_is_noticed_at_once(procs: Procs) -> None:
     ids = sorted(by_id)
     kill_after = next(k for k in range(6, 30) if leader(run_id, k + 1, ids) == leader(run_id, k + 2, ids))
     victim = by_id[leader(run_id, kill_after + 1, ids)]
-    victim.wait_step(kill_after, 60)
-    victim.signal(signal.SIGKILL)
-    survivors = [p for p in peers if p is not victim]
-    last = kill_after + 6
-    for p in survivors:
-        p.wait_step(last, 60)
-    assert_identical(survivors, range(last + 1))
-    for p in survivors:
-        rows = p.steps()
-        times = {s: rows[s]["round_s"] for s in range(kill_after + 1, last + 1)}
-        assert max(times.values()) < 4.0, f"{p.name} waited for the crashed peer: {times}"
-        assert rows[last]["included"] == 3 and rows[last]["roster"] == 3, rows[last]
+    for name, times in _rounds_after_kill(peers, victim, kill_after).items():
+        assert max(times.values()) < 4.0, f"{name} waited for the crashed peer: {times}"
 
 
 def test_graceful_leave_next_round_does_not_wait(procs: Procs) -> None:
