@@ -84,10 +84,20 @@ class HostConfig:
 _LOST_BUFFER = 256
 
 
-def _open_connections(network: INetwork, peer_id: ID) -> list[INetConn]:
-    """py-libp2p 0.8.1 can keep closed connections listed (a close cut short by its timeout never removes
-    them), and counts their peer as connected; streams to it then fail with "no valid connections"."""
-    return [c for c in network.get_connections(peer_id) if not getattr(c, "is_closed", False)]
+def _prune_closed(network: INetwork) -> None:
+    """Forget connections py-libp2p 0.8.1 closed but still lists.
+
+    Why: while one is listed, libp2p counts its peer as connected, ``connect`` returns without dialing and
+    every new stream fails with "no valid connections". After a partition each side kept such connections
+    to the other, never dialed it again, and the swarm stayed split after the heal.
+    """
+    remove = getattr(network, "remove_conn", None)
+    if remove is None:
+        return
+    for conns in network.get_connections_map().values():
+        for conn in conns:
+            if getattr(conn, "is_closed", False):
+                remove(conn)
 
 
 class _ConnectionWatch(INotifee):
@@ -114,7 +124,10 @@ class _ConnectionWatch(INotifee):
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
         self._bump()
         peer_id = conn.muxed_conn.peer_id
-        if self.lost_sinks and not _open_connections(network, peer_id):
+        if not self.lost_sinks:
+            return
+        _prune_closed(network)
+        if not network.get_connections(peer_id):
             for sink in list(self.lost_sinks):
                 try:
                     sink.send_nowait(peer_id)
@@ -171,24 +184,8 @@ class P2PHost:
 
     def connected_peers(self) -> set[ID]:
         """Peers with at least one open connection (closed ones are dropped first; see ``_prune_closed``)."""
-        self._prune_closed()
+        _prune_closed(self._host.get_network())
         return set(self._host.get_connected_peers())
-
-    def _prune_closed(self) -> None:
-        """Forget connections py-libp2p closed but still lists (see ``_open_connections``).
-
-        Why: while one is listed, libp2p counts its peer as connected, ``connect`` returns without dialing
-        and every new stream fails with "no valid connections". After a partition each side kept such
-        connections to the other, never dialed it again, and the swarm stayed split after the heal.
-        """
-        network = self._host.get_network()
-        remove = getattr(network, "remove_conn", None)
-        if remove is None:
-            return
-        for conns in network.get_connections_map().values():
-            for conn in conns:
-                if getattr(conn, "is_closed", False):
-                    remove(conn)
 
     def is_connected(self, peer_id: ID) -> bool:
         return peer_id in self.connected_peers()

@@ -911,18 +911,17 @@ class PeerNode:
         self._resyncing = True
         try:
             state, how = await sync_from_swarm(self, genesis=False)
-        except JoinError as exc:
+        except JoinError as exc:  # still our old state: what arrived meanwhile is replayed into it
             self.out.emit("resync_failed", f"resync failed: {exc}", reason=str(exc))
-            self._replay_buffer()  # still our state: what arrived meanwhile is for it
-            return
+        else:
+            self._applies.clear()
+            self._ready = None  # computed on the weights we just replaced
+            self._applied = state.next_step
+            self._handle(m.restore(state, trio.current_time()))
+            self.out.emit("resynced", f"resynced to step {state.next_step} ({how})", step=state.next_step,
+                          weights_hash=self.trainer.weights_hash.hex())
         finally:
             self._resyncing = False
-        self._applies.clear()
-        self._ready = None  # computed on the weights we just replaced
-        self._applied = state.next_step
-        self._handle(m.restore(state, trio.current_time()))
-        self.out.emit("resynced", f"resynced to step {state.next_step} ({how})", step=state.next_step,
-                      weights_hash=self.trainer.weights_hash.hex())
         self._replay_buffer()
 
     async def _leave(self) -> None:
