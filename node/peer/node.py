@@ -633,8 +633,8 @@ class PeerNode:
             while self._genesis is None:
                 await self._wait_changed()
             return self._genesis
-        if self.machine is None or self._resync is not None:
-            return None  # about to replace our own state: nothing worth cutting (the asker tries others)
+        if self.machine is None or self._resync is not None or self._resyncing:
+            return None  # replacing our own state: nothing worth cutting (the asker tries others)
         self._snap_requested = True
         ready = self._snap_ready
         self._bump()
