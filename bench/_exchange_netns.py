@@ -1,10 +1,10 @@
 """bench/exchange.py --netns PROFILE: the same all-to-all exchange with every peer behind a shaped link.
 
 Why: on loopback the exchange is CPU-bound; behind a 10 Mbit uplink the physical floor of a round is the
-upload of N-1 copies of one's payload, (N-1) x payload / upload rate. This runs the unchanged exchange
-peers (bench/_exchange_peer.py) in the namespace testbed (node/netns.py: peer i in its own namespace, tbf on
-both ends of its veth) and reports the median round time against that bound. For a profile with uneven
-links (``mixed``) the bound uses the slowest uplink, which every round waits for.
+upload of N-1 copies of one's payload, (N-1) x payload / upload rate. This runs the unchanged exchange peers
+(bench/_exchange_peer.py) in the namespace testbed (node/testbed/netns.py: peer i in its own namespace, tbf on
+both ends of its veth) and reports the median round time against that bound. For a profile with uneven links
+(``mixed``) the bound uses the slowest uplink, which every round waits for.
 
 Before each configuration one bulk TCP transfer checks the first peer's uplink really runs at its rate
 (TCP goodput is ~95.7% of the link rate: 1448 payload bytes per 1514 on the wire, which tbf counts).
@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from _common import RESULTS_DIR, write_json
-from distro_node.node.netns import Network, profile_links, ready_for_bench, tbf_args
+from distro_node.node.testbed.netns import Network, profile_links, ready_for_bench, tbf_args
 from exchange import BenchError, run_config, summarize
 
 TARGET_RATIO = 1.3
@@ -78,7 +78,7 @@ def run_netns(args: argparse.Namespace) -> int:
         "what": "bench/exchange.py's all-to-all exchange (host + gossip announcements + "
                 "/distro/payload/1.0.0 pulls), one process per peer, each in its own network namespace "
                 "behind a tbf-shaped link "
-                "(node/netns.py); bound = (N-1) x payload / slowest upload rate",
+                "(node/testbed/netns.py); bound = (N-1) x payload / slowest upload rate",
         "profiles": profiles,
     }
     write_json(path, out)

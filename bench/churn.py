@@ -2,7 +2,7 @@
 
 Why: volunteers vanish and networks split; the swarm must keep training at nearly full speed and must never
 end up with two different weights for one step. Both scenarios run real `distro-node join` processes, each
-in its own network namespace behind a shaped link (node/testbed.py, `home` profile: 100/10 Mbit), tiny
+in its own network namespace behind a shaped link (node/testbed/swarm.py, `home` profile: 100/10 Mbit), tiny
 preset, so that the protocol, not the compute, is what is measured.
 
 N3 (churn): N peers train S steps; every 50 steps (counted on peer 0, never killed, so it is the clock) 25%
@@ -39,8 +39,8 @@ from typing import Any
 
 from _common import RESULTS_DIR, write_json
 from distro_node.node.join_process import PeerProc, PeerWaitError
-from distro_node.node.netns import profile_links, ready_for_bench
-from distro_node.node.testbed import Testbed
+from distro_node.node.testbed.netns import profile_links, ready_for_bench
+from distro_node.node.testbed.swarm import Testbed
 
 RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-timeout", "10"]
 TOKENS_PER_PEER_STEP = 4 * 32

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 from _common import RESULTS_DIR, write_json
-from distro_node.node.experiment import ExperimentConfig, run_experiment
 from distro_node.node.plots import plot_losses
+from distro_node.node.sim.experiment import ExperimentConfig, run_experiment
 
 # label -> (strategy, settings without the schedule, learning-rate grid)
 STRATEGIES: dict[str, tuple[str, dict[str, Any], tuple[float, ...]]] = {

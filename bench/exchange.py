@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from _common import RESULTS_DIR, write_json
-from distro_node.node.netns import Network
+from distro_node.node.testbed.netns import Network
 
 PEER_SCRIPT = Path(__file__).resolve().parent / "_exchange_peer.py"
 PAYLOAD_BYTES = 2_800_000  # the 1.2B DisTrO payload, see bench/results/payload.json
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 NETNS: dict[str, str] = {
     "status": "measured separately",
     "see": "bench/results/exchange_netns.json, written by `bench/exchange.py --netns PROFILE` (as root: each "
-           "peer in its own network namespace, tc tbf links, node/netns.py)",
+           "peer in its own network namespace, tc tbf links, node/testbed/netns.py)",
 }
 
 

@@ -1,7 +1,7 @@
 """Full `distro-node join` daemons behind emulated home links: step time against the physical bound.
 
 Why: loopback hides the volunteer's 10 Mbit uplink. Each run starts N daemons in the namespace testbed
-(node/testbed.py: one network namespace per peer, its link shaped with tc tbf, upload on the peer's veth
+(node/testbed/swarm.py: one network namespace per peer, its link shaped with tc tbf, upload on the peer's veth
 end, download on the hub's) and trains a bounded number of steps. Per run it reports the median step time
 (wall time between consecutive steps, after warm-up), split into compute (forward/backward, DisTrO prepare,
 encode), apply (decode and aggregate every payload, update) and communication (the round: announcement to
@@ -39,8 +39,8 @@ from typing import Any
 
 from _common import RESULTS_DIR, write_json
 from distro_node.node.join_process import PeerProc, PeerWaitError
-from distro_node.node.netns import PROFILES, profile_links, ready_for_bench
-from distro_node.node.testbed import Testbed
+from distro_node.node.testbed.netns import PROFILES, profile_links, ready_for_bench
+from distro_node.node.testbed.swarm import Testbed
 
 # Round settings generous enough that a round at 2 Mbit up is never cut short: this measures speed, it does
 # not test the deadlines (heartbeats and votes queue behind payload bytes on the same connection).
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 def _doc(rows: list[dict[str, Any]], pairs: list[dict[str, Any]], topk: int) -> dict[str, Any]:
     return {
         "what": "full distro-node join daemons, one per network namespace, links shaped with tc tbf "
-                "(node/netns.py); medians over every peer's steps after warm-up",
+                "(node/testbed/netns.py); medians over every peer's steps after warm-up",
         "run_args": run_args_for(topk),
         "targets": {"comm_ratio_to_bound": TARGET_COMM_RATIO, "overlapped_vs_max": TARGET_OVERLAP_RATIO},
         "runs": rows,

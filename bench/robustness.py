@@ -32,10 +32,10 @@ from _common import RESULTS_DIR, write_json
 from distro_node.compression.dct import from_chunks
 from distro_node.compression.layout import TensorLayout
 from distro_node.compression.payload import Payload, TensorSpec
-from distro_node.node.experiment import ExperimentConfig, run_experiment
 from distro_node.node.faults import FaultSpec
 from distro_node.node.model import Llama
 from distro_node.node.presets import preset
+from distro_node.node.sim.experiment import ExperimentConfig, run_experiment
 from distro_node.optimizer.aggregate import entries_for
 from distro_node.optimizer.config import DistroConfig
 from distro_node.optimizer.distro import DisTrO

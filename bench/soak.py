@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import RESULTS_DIR, write_json
+from distro_node.node.cli.status_scrape import StatusError, scrape
 from distro_node.node.join_process import JoinCommandError, PeerProc, PeerWaitError, join_args
-from distro_node.node.status_scrape import StatusError, scrape
 
 # The daemon's own CLI with one prefixed stderr line per log record: its package loggers at DEBUG (payload
 # fetch failures are DEBUG records, and the node never configures logging itself) and py-libp2p's at the
@@ -56,7 +56,7 @@ _DEBUG_CLI = (
     "for name in ('distro_node', 'libp2p'):\n"
     "    log = logging.getLogger(name); log.addHandler(h); log.propagate = False\n"
     "logging.getLogger('distro_node').setLevel(logging.DEBUG)\n"
-    "from distro_node.node.cli import main\n"
+    "from distro_node.node.cli.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
 CLI = [sys.executable, "-c", _DEBUG_CLI]

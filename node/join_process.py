@@ -1,6 +1,6 @@
 """One `distro-node join` child process, read through its ``--log-format json`` stdout lines.
 
-Shared by the multi-process tests (tests/peer/peer_procs.py) and the namespace testbed (node/testbed.py,
+Shared by the multi-process tests (tests/peer/peer_procs.py) and the namespace testbed (node/testbed/swarm.py,
 used by tests/testbed/ and the internet and churn benches), so every harness waits for the same *events*
 (node/peer/output.py) with a bounded timeout instead of sleeping. A reader thread parses each stdout line
 into an event dict and queues it (and copies the line to ``log_dir/<name>.jsonl``, to follow a long run);
@@ -25,7 +25,7 @@ from typing import Any
 Event = dict[str, Any]
 
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-CLI = [sys.executable, "-m", "distro_node.node.cli"]
+CLI = [sys.executable, "-m", "distro_node.node.cli.main"]
 
 
 class JoinCommandError(ValueError):

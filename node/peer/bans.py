@@ -66,7 +66,7 @@ class PeerBans:
         missed: Iterable[str],
     ) -> RoundScores:
         """Fold applied step ``step`` in: the included peers' agreement scores and payload norms
-        (``node/scoring.py``) and the active roster peers the decided list left out."""
+        (``node/sim/scoring.py``) and the active roster peers the decided list left out."""
         keeper = self.keeper
         newly = keeper.observe_round(step, agreement, norms)
         for peer in sorted(set(missed)):

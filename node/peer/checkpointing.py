@@ -1,9 +1,9 @@
 """Checkpoints of a running peer: what goes in, and whether a founder may resume from one.
 
-A checkpoint holds the model and the strategy state (node/checkpoint.py writes them crash-safely) plus, in its
-JSON extras, the run manifest and the weights hash. Why the manifest: a founder that restarts must resume
-*the same run* (same run id, so the swarm's payloads, batches and announcements still bind to it), and the run
-id is the hash of the manifest including its random nonce, which only the checkpoint remembers.
+A checkpoint holds the model and the strategy state (node/checkpoint/store.py writes them crash-safely) plus,
+in its JSON extras, the run manifest and the weights hash. Why the manifest: a founder that restarts must
+resume *the same run* (same run id, so the swarm's payloads, batches and announcements still bind to it), and
+the run id is the hash of the manifest including its random nonce, which only the checkpoint remembers.
 
 "Same run" for a founder means: the manifest stored in the newest checkpoint equals the one the founder was
 asked to create in every field but the nonce. Any other setting (a new preset, batch size, learning rate)
@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..checkpoint import Checkpoint, CheckpointError, CheckpointStore, load_latest
+from distro_node.node.checkpoint.store import Checkpoint, CheckpointError, CheckpointStore, load_latest
+
 from .manifest import ManifestError, RunManifest
 from .trainer import Trainer
 

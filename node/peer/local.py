@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import NodeConfig
+from distro_node.node.config.load import NodeConfig
+
 from ..device import AUTO_ORDER, select_device, select_precision
 
 RESOLVED_PRECISIONS: tuple[str, ...] = ("fp32", "bf16")

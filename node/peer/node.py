@@ -34,6 +34,8 @@ from pathlib import Path
 import trio
 from distro_node.compression.errors import PayloadError
 from distro_node.compression.payload import Payload
+from distro_node.node.checkpoint.store import CheckpointError, CheckpointStore
+from distro_node.node.sim.scoring import round_observations
 from distro_node.protocol.addrs import split_peer_addr
 from distro_node.protocol.codec import CodecError, author_of, decode_signed, encode_message
 from distro_node.protocol.errors import GossipError, TransportError
@@ -73,9 +75,7 @@ from distro_node.protocol.transfer import PayloadRequest, PayloadServer, Transfe
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
-from ..checkpoint import CheckpointError, CheckpointStore
 from ..faults import FaultInjector, FaultSpec
-from ..scoring import round_observations
 from . import checkpointing
 from .bans import PeerBans, RoundScores
 from .checkpointing import Resume

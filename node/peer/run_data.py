@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import DataConfig
+from distro_node.node.config.load import DataConfig
+
 from ..data import (
     DataError,
     TokenSource,

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from distro_node.node.config.load import ConfigFieldError, NodeConfig, load_config
+from distro_node.node.config.sources import read_env, read_toml, sources
 from distro_node.optimizer.config import ScheduleConfig
 
-from ..config import ConfigFieldError, NodeConfig, load_config
-from ..config_sources import read_env, read_toml, sources
 from .manifest import ManifestError, RoundSettings, RunManifest
 from .run_data import founder_data_spec
 
@@ -35,7 +35,7 @@ LOCAL_DEFAULTS: dict[str, Any] = {
     "run.seq_len": 32,
 }
 # Sign updates on the small presets want a far larger step than the optimizer's 1.2B default
-# (node/cli_simulate.py DEMO_DISTRO_LR); used when no layer sets a DisTrO learning rate.
+# (node/cli/simulate.py DEMO_DISTRO_LR); used when no layer sets a DisTrO learning rate.
 DEMO_DISTRO_LR = 3e-3
 
 

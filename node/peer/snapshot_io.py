@@ -13,10 +13,9 @@ from typing import Any
 
 import msgpack
 import torch
+from distro_node.node.checkpoint.tree import detached, flatten, unflatten
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
-
-from ..checkpoint_tree import detached, flatten, unflatten
 
 
 class SnapshotFormatError(ValueError):

@@ -3,7 +3,7 @@
 Everything here is blocking torch work; the node calls it through ``trio.to_thread.run_sync`` with a limiter
 of one, so the event loop keeps gossip, payload serving and the round machine alive meanwhile, and the
 strategy never sees two calls at once. The step order is the one ``optimizer/base.py`` prescribes and
-``node/simulate.py`` follows.
+``node/sim/swarm.py`` follows.
 
 Devices. The weights every replica must agree on bit for bit live in a CPU master copy (``self.model``) that
 the strategy owns: decode, aggregation, the inverse DCT and the parameter update all run there, whatever

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 from deploy_support import COMPOSE_FILE, DEV_SEED_KEY, DOCKER, SCHEMAS, load_yaml
-from distro_node.node.config import ENV_PREFIX, load_config
+from distro_node.node.config.load import ENV_PREFIX, load_config
 from distro_node.protocol.addrs import split_peer_addr
 from distro_node.protocol.identity import load_identity, peer_id_of
 

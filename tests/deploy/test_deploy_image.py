@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from deploy_support import DOCKER, REPO, load_healthcheck
-from distro_node.node.config import load_config
+from distro_node.node.config.load import load_config
 from distro_node.node.metrics import MetricsServer, NodeMetrics
 
 DOCKERFILE = DOCKER / "Dockerfile"

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 from deploy_support import ALERT_RULES, DEPLOY, DEV_SEED_KEY, DOCKER, SCHEMAS, load_yaml, load_yaml_all
-from distro_node.node.config import load_config
+from distro_node.node.config.load import load_config
 from distro_node.protocol.identity import load_identity, peer_id_of
 from referencing import Registry, Resource
 

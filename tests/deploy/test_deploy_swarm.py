@@ -58,7 +58,8 @@ def join_unready_reason() -> str | None:
     if done.returncode != 0:
         detail = done.stderr.strip()[-200:]
         return f"`distro-node join` is not available yet (exit {done.returncode}): {detail}"
-    sources = "\n".join(p.read_text() for p in [REPO / "node" / "cli_join.py", *REPO.glob("node/peer/*.py")])
+    paths = [REPO / "node" / "cli" / "join.py", *REPO.glob("node/peer/*.py")]
+    sources = "\n".join(p.read_text() for p in paths)
     missing = [what for what, marker in (("load the node config (load_config)", "load_config"),
                                          ("serve metrics (MetricsServer)", "MetricsServer"))
                if marker not in sources]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from deploy_support import DEPLOY, REPO
-from distro_node.node.config import load_config
+from distro_node.node.config.load import load_config
 
 UNIT = DEPLOY / "systemd" / "distro-node.service"
 ENV_FILE = DEPLOY / "systemd" / "distro-node.env"

@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 import torch
-from distro_node.node.checkpoint import CheckpointStore, load_latest
+from distro_node.node.checkpoint.store import CheckpointStore, load_latest
 
 KEEP_LAST = 2
 RUN = b"\x07" * 16

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 import torch
-from distro_node.node.checkpoint import (
+from distro_node.node.checkpoint.errors import CheckpointLockedError
+from distro_node.node.checkpoint.files import writer_lock
+from distro_node.node.checkpoint.store import (
     Checkpoint,
     CheckpointError,
     CheckpointMismatchError,
@@ -21,8 +23,6 @@ from distro_node.node.checkpoint import (
     load_checkpoint,
     load_latest,
 )
-from distro_node.node.checkpoint_errors import CheckpointLockedError
-from distro_node.node.checkpoint_io import writer_lock
 from distro_node.node.model import Llama, next_token_loss
 from distro_node.node.presets import preset
 from distro_node.optimizer.base import Strategy

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from checkpoint_writer import expected_state
-from distro_node.node.checkpoint import CheckpointStore, load_checkpoint, load_latest
+from distro_node.node.checkpoint.store import CheckpointStore, load_checkpoint, load_latest
 
 WRITER = Path(__file__).with_name("checkpoint_writer.py")
 KILLS = 25

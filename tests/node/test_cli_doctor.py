@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 from distro_node.compression.envelope import max_encoded_nbytes
-from distro_node.node.cli import main
-from distro_node.node.doctor_listen import try_bind
-from distro_node.node.doctor_memory import estimate
-from distro_node.node.doctor_payload import budget
-from distro_node.node.doctor_report import FAIL, PASS, STATUSES, WARN
+from distro_node.node.cli.main import main
+from distro_node.node.doctor.listen import try_bind
+from distro_node.node.doctor.memory import estimate
+from distro_node.node.doctor.payload import budget
+from distro_node.node.doctor.report import FAIL, PASS, STATUSES, WARN
 from distro_node.node.model import Llama, param_count
 from distro_node.node.presets import preset
 from distro_node.optimizer.config import AdamWConfig, DilocoConfig, DistroConfig

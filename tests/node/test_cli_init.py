@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 
 import pytest
-from distro_node.node.cli import build_parser, main
-from distro_node.node.config import NodeConfig, load_config
+from distro_node.node.cli.main import build_parser, main
+from distro_node.node.config.load import NodeConfig, load_config
 from distro_node.optimizer.config import AdamWConfig
 
 PEER = "/ip4/10.0.0.1/tcp/4747/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from distro_node.node.cli import main
+from distro_node.node.cli.main import main
+from distro_node.node.cli.status_scrape import StatusError, parse_status
 from distro_node.node.metrics import MetricsServer, NodeMetrics
-from distro_node.node.status_scrape import StatusError, parse_status
 
 STEPS = 3
 

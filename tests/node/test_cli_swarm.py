@@ -18,7 +18,7 @@ def run_swarm(tmp_path: Path, *args: str) -> tuple[int, str, str, Path]:
     """`distro-node swarm ARGS` to completion (return code, stdout, stderr, run dir); on a timeout it is
     interrupted like a user's Ctrl-C, which makes the launcher stop its peers by pid."""
     run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "distro_node.node.cli", "swarm", *args, "--run-dir", str(run_dir),
+    argv = [sys.executable, "-m", "distro_node.node.cli.main", "swarm", *args, "--run-dir", str(run_dir),
             "--timeout", "200"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLCONFIGDIR": str(tmp_path / "mpl")}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

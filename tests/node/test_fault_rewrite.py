@@ -9,9 +9,9 @@ import pytest
 import torch
 from distro_node.compression.payload import Header, Payload, PayloadSpec, SparseTensor, TensorSpec
 from distro_node.compression.wire import decode, encode
-from distro_node.node.cli import build_parser
-from distro_node.node.cli_common import UsageError
-from distro_node.node.cli_swarm import _check
+from distro_node.node.cli.common import UsageError
+from distro_node.node.cli.main import build_parser
+from distro_node.node.cli.swarm import _check
 from distro_node.node.faults import FaultInjector, FaultSpec, fault_usage
 from distro_node.node.metrics import MetricsError, NodeMetrics
 from prometheus_client import generate_latest
@@ -69,7 +69,7 @@ def test_swarm_fault_flags_are_checked() -> None:
 
 
 def test_join_fault_flags_are_checked() -> None:
-    from distro_node.node.cli_join import _fault
+    from distro_node.node.cli.join import _fault
 
     parse = build_parser().parse_args
     spec = _fault(parse(["join", "--fault", "scale=100", "--fault-start", "5"]))

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from distro_node.node.config import (
+from distro_node.node.config.load import (
     ConfigFieldError,
     ConfigFileError,
     ConfigLoadError,

@@ -7,8 +7,13 @@ import torch
 from distro_node.compression.errors import PayloadError
 from distro_node.compression.payload import Header
 from distro_node.compression.wire import decode, encode
-from distro_node.node.experiment import ExperimentConfig, ExperimentConfigError, build_swarm, run_experiment
 from distro_node.node.faults import FaultInjector, FaultSpec
+from distro_node.node.sim.experiment import (
+    ExperimentConfig,
+    ExperimentConfigError,
+    build_swarm,
+    run_experiment,
+)
 
 FAST = {"batch_size": 2, "seq_len": 16, "eval_batches": 2, "settings": {"schedule": {"lr": 3e-3}}}
 

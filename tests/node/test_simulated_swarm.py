@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from distro_node.node.experiment import ExperimentConfig, ExperimentConfigError, build_swarm, run_experiment
+from distro_node.node.sim.experiment import (
+    ExperimentConfig,
+    ExperimentConfigError,
+    build_swarm,
+    run_experiment,
+)
 
 FAST = {"batch_size": 4, "seq_len": 32}
 

@@ -11,7 +11,7 @@ import pytest
 from distro_node.node.peer.manifest import RoundSettings
 from distro_node.node.peer.settings import DEMO_DISTRO_LR, founder_manifest, load_join_settings
 
-CLI = [sys.executable, "-m", "distro_node.node.cli", "join"]
+CLI = [sys.executable, "-m", "distro_node.node.cli.main", "join"]
 
 
 def test_no_config_keeps_the_local_defaults() -> None:

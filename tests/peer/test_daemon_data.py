@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from distro_node.node.config_errors import ConfigFieldError
+from distro_node.node.config.errors import ConfigFieldError
 from distro_node.node.peer.local import LocalSettings, LocalSetupError
 from distro_node.node.peer.manifest import DataSpec, ManifestError, RoundSettings, RunManifest
 from distro_node.node.peer.settings import founder_manifest, load_join_settings

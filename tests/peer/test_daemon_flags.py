@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from distro_node.node.cli import build_parser
-from distro_node.node.cli_join import _flags
+from distro_node.node.cli.join import _flags
+from distro_node.node.cli.main import build_parser
 from distro_node.node.peer.manifest import RoundSettings, RunManifest
 from distro_node.node.peer.settings import DEMO_DISTRO_LR, founder_manifest, load_join_settings
 from distro_node.node.peer.trainer import Trainer
 from distro_node.optimizer.schedule import lr_at
 
-CLI = [sys.executable, "-m", "distro_node.node.cli", "join"]
+CLI = [sys.executable, "-m", "distro_node.node.cli.main", "join"]
 
 
 def manifest_for(argv: list[str]) -> RunManifest:

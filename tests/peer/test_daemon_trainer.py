@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from distro_node.node.config import load_config
+from distro_node.node.config.load import load_config
 from distro_node.node.data.sampling import sample_batch
 from distro_node.node.device import DeviceUnavailableError, select_device, select_precision
 from distro_node.node.peer.local import LocalSettings, LocalSetupError

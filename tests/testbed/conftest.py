@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from distro_node.node.netns import available
+from distro_node.node.testbed.netns import available
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

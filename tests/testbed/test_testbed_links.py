@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from distro_node.node.netns import GIGABIT, HOME, NetnsError, Network, profile_links
+from distro_node.node.testbed.netns import GIGABIT, HOME, NetnsError, Network, profile_links
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
 

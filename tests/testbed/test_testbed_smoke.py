@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from distro_node.node.netns import profile_links
-from distro_node.node.testbed import Testbed
+from distro_node.node.testbed.netns import profile_links
+from distro_node.node.testbed.swarm import Testbed
 
 pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.timeout(110)]
 

@@ -1,0 +1,325 @@
+"""An emulated home internet on one machine: one network namespace per peer, links shaped with tc tbf.
+
+Why: loopback hides what volunteers face (a 10 Mbit uplink, a link that drops, a swarm that splits). Here
+every peer lives in its own namespace with its own address; its veth pair ends in a hub namespace, where a
+bridge joins all peers. Each link is shaped twice with a token bucket: the peer-side end's egress is the
+peer's *upload*, the hub-side end's egress is its *download*. Nothing is created in the root namespace (both
+veth ends are created directly inside the namespaces), so traffic can only flow between the namespaces this
+object made, and the interface names cannot collide with the host's or another testbed's. Namespace names
+carry a per-instance prefix (``dn<pid>x<n>``) so parallel runs never collide; :meth:`Network.close` deletes
+them all (deleting a namespace deletes its veth ends), and :func:`sweep_stale` removes those of dead pids.
+
+tbf settings (see :func:`tbf_args`): ``burst`` is how many bytes may leave back to back at the veth's own
+(unlimited) speed once the bucket is full: 4 ms of the rate, at least 16 KiB (11 full-size frames, so a
+GSO segment train is not split frame by frame) and at most 1 MiB. It must hold one full frame (1514 B) or
+nothing passes. It lets an idle link start with a short burst; over a transfer of a second it adds at most
+66 ms worth of bytes (the 16 KiB floor at 2 Mbit/s), and the measured TCP rates are 96-97% of nominal on
+every profile (TCP/IP framing: 1448 payload bytes per 1514), so it does not inflate them. ``latency`` sets the
+queue (limit = rate x latency + burst): 50 ms, a moderately buffered home router. It does not change the
+rate (a 5 ms and a 50 ms queue both gave 9.55 Mbit/s up and 92-93 Mbit/s down by TCP); it sets how long
+small gossip messages may wait behind payload bulk. netem is not available here, so links have no
+propagation delay: real internet paths add 10-100 ms of RTT on top.
+
+Both veth ends send one frame per packet (``gso_max_segs 1``). With the default GSO, TCP handed the peer's
+own tbf 64 KiB segment trains, a few of which overflow the 78 KiB queue at once: with 4 peers each serving
+3 copies of a 365 KB payload at 10 Mbit, the tbf dropped 19-50% of the segments and 10-85% of all segments
+sent were retransmits, which a modem whose sender is a network hop away does not see. With one frame per
+packet 16-23 of ~15,000 segments per peer were retransmitted, and serving the three copies took the link's
+time instead of 1.0-1.8 s (bench/internet.py).
+
+Needs root and the ``ip`` and ``tc`` tools (:func:`available` says why not).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import count
+
+SUBNET = "10.77.0"  # private; every testbed reuses it, since each one's bridge lives in its own namespace
+PREFIX_LEN = 24
+MAX_PEERS = 200
+BRIDGE = "br0"
+SPLIT_BRIDGE = "br1"
+PEER_IF = "eth0"
+TBF_LATENCY_MS = 50
+_instances = count()
+
+
+class NetnsError(RuntimeError):
+    """A namespace, link or qdisc command failed; ``command`` is the argv that failed."""
+
+    def __init__(self, command: Sequence[str], detail: str) -> None:
+        super().__init__(f"{' '.join(command)}: {detail}")
+        self.command = list(command)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One peer's access link in Mbit/s (download = towards the peer, upload = from it)."""
+
+    down_mbit: float
+    up_mbit: float
+
+    def __post_init__(self) -> None:
+        for name in ("down_mbit", "up_mbit"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+HOME = Link(100.0, 10.0)
+GIGABIT = Link(1000.0, 1000.0)
+SLOW = Link(20.0, 2.0)
+# `mixed`: a volunteer swarm is uneven; the cycle starts with a well-connected seed.
+MIXED_CYCLE = (GIGABIT, HOME, SLOW, HOME)
+PROFILES = ("home", "gigabit", "mixed", "slow")
+
+
+def profile_links(profile: str, n: int) -> list[Link]:
+    """The per-peer links of a named profile for ``n`` peers."""
+    if n < 1 or n > MAX_PEERS:
+        raise ValueError(f"peers must be in 1..{MAX_PEERS}, got {n}")
+    fixed = {"home": HOME, "gigabit": GIGABIT, "slow": SLOW}
+    if profile in fixed:
+        return [fixed[profile]] * n
+    if profile == "mixed":
+        return [MIXED_CYCLE[i % len(MIXED_CYCLE)] for i in range(n)]
+    raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+
+
+def tbf_args(mbit: float) -> list[str]:
+    """``tc qdisc`` arguments of a token bucket at ``mbit`` Mbit/s (why these values: module docstring)."""
+    rate_bytes = mbit * 1e6 / 8
+    burst = int(min(max(rate_bytes * 0.004, 16 * 1024), 1024 * 1024))
+    return ["tbf", "rate", f"{mbit:g}mbit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS}ms"]
+
+
+def available() -> str | None:
+    """None if namespaces can be built here, else why not (for skips)."""
+    if os.geteuid() != 0:
+        return "needs root for network namespaces"
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        return f"missing tools: {', '.join(missing)}"
+    return None
+
+
+def _run(argv: Sequence[str], check: bool = True) -> str:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
+    if check and proc.returncode != 0:
+        raise NetnsError(argv, proc.stderr.strip() or f"exit {proc.returncode}")
+    return proc.stdout
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
+    """One stdout line of ``proc`` within ``timeout`` seconds (a reader thread: readline cannot time out)."""
+    lines: queue.Queue[str] = queue.Queue()
+    stream = proc.stdout
+    if stream is None:
+        raise NetnsError(proc.args, "stdout not captured")  # type: ignore[arg-type]
+    threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
+    try:
+        line = lines.get(timeout=timeout)
+    except queue.Empty:
+        raise NetnsError(proc.args, f"no output within {timeout:.0f}s") from None  # type: ignore[arg-type]
+    if not line:
+        raise NetnsError(proc.args, f"exited (rc={proc.poll()}) without output")  # type: ignore[arg-type]
+    return line
+
+
+def exit_cleanly_on_signals() -> None:
+    """Make SIGTERM and SIGINT unwind the main thread (SystemExit / KeyboardInterrupt), so the ``with``
+    blocks and atexit hooks kill the peers and delete the namespaces. Without this SIGTERM ends Python at
+    once, and a bench started in the background of a non-interactive shell ignores SIGINT altogether."""
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def ready_for_bench(name: str) -> bool:
+    """A bench about to build namespaces: False (and why, printed) when this machine cannot; otherwise
+    SIGTERM/SIGINT now tear its namespaces down (``exit_cleanly_on_signals``)."""
+    why = available()
+    if why is not None:
+        print(f"{name} needs network namespaces: {why}")
+        return False
+    exit_cleanly_on_signals()
+    return True
+
+
+def sweep_stale() -> list[str]:
+    """Delete testbed namespaces (``dn<pid>x...``) whose creating process is gone (a run killed hard)."""
+    removed = []
+    for line in _run(["ip", "netns", "list"]).splitlines():
+        name = line.split()[0] if line.strip() else ""
+        head = name.split("x", 1)[0]
+        if not (name.startswith("dn") and head[2:].isdigit() and "x" in name):
+            continue
+        if not _pid_alive(int(head[2:])):
+            _run(["ip", "netns", "del", name], check=False)
+            removed.append(name)
+    return removed
+
+
+class Network:
+    """Namespaces ``<prefix>-hub`` and ``<prefix>-p<i>``, peer i at 10.77.0.(i+1), shaped per ``links``.
+
+    Use as a context manager (or call :meth:`close`); an atexit hook also closes it, so even an
+    interpreter leaving by an uncaught exception deletes what it made.
+    """
+
+    def __init__(self, links: Sequence[Link]) -> None:
+        why = available()
+        if why is not None:
+            raise NetnsError(["ip", "netns"], why)
+        if not 1 <= len(links) <= MAX_PEERS:
+            raise ValueError(f"links: need 1..{MAX_PEERS} peers, got {len(links)}")
+        self.links = list(links)
+        self.prefix = f"dn{os.getpid()}x{next(_instances)}"
+        self.hub = f"{self.prefix}-hub"
+        self.namespaces: list[str] = []
+        self._cut: set[int] = set()
+        self._split: set[int] = set()
+        atexit.register(self.close)
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> Network:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ns(self, i: int) -> str:
+        return f"{self.prefix}-p{i}"
+
+    def address(self, i: int) -> str:
+        return f"{SUBNET}.{i + 1}"
+
+    def exec_prefix(self, i: int) -> list[str]:
+        """argv prefix running a command in peer i's namespace (``ip netns exec`` execs it: same pid)."""
+        return ["ip", "netns", "exec", self.ns(i)]
+
+    def _add_ns(self, name: str) -> None:
+        _run(["ip", "netns", "add", name])
+        self.namespaces.append(name)
+        _run(["ip", "-n", name, "link", "set", "lo", "up"])
+
+    def _build(self) -> None:
+        self._add_ns(self.hub)
+        for bridge in (BRIDGE, SPLIT_BRIDGE):
+            _run(["ip", "-n", self.hub, "link", "add", bridge, "type", "bridge"])
+            _run(["ip", "-n", self.hub, "link", "set", bridge, "up"])
+        for i, link in enumerate(self.links):
+            ns, port = self.ns(i), f"p{i}"
+            self._add_ns(ns)
+            _run(["ip", "-n", ns, "link", "add", PEER_IF, "type", "veth",
+                  "peer", "name", port, "netns", self.hub])
+            for where, dev in ((ns, PEER_IF), (self.hub, port)):  # frames, not GSO trains (see above)
+                _run(["ip", "-n", where, "link", "set", "dev", dev, "gso_max_segs", "1"])
+            _run(["ip", "-n", self.hub, "link", "set", port, "master", BRIDGE])
+            _run(["ip", "-n", self.hub, "link", "set", port, "up"])
+            _run(["ip", "-n", ns, "addr", "add", f"{self.address(i)}/{PREFIX_LEN}", "dev", PEER_IF])
+            _run(["ip", "-n", ns, "link", "set", PEER_IF, "up"])
+            self.shape(i, link)
+
+    def shape(self, i: int, link: Link) -> None:
+        """(Re)shape peer i's link: upload on its own veth end, download on the hub's end."""
+        _run(["tc", "-n", self.ns(i), "qdisc", "replace", "dev", PEER_IF, "root", *tbf_args(link.up_mbit)])
+        _run(["tc", "-n", self.hub, "qdisc", "replace", "dev", f"p{i}", "root", *tbf_args(link.down_mbit)])
+        self.links[i] = link
+
+    def qdiscs(self, i: int) -> dict[str, str]:
+        """What tc reports for peer i's two shaped ends (for the record of a measurement)."""
+        return {"upload": _run(["tc", "-n", self.ns(i), "qdisc", "show", "dev", PEER_IF]).strip(),
+                "download": _run(["tc", "-n", self.hub, "qdisc", "show", "dev", f"p{i}"]).strip()}
+
+    def measure(self, srcs: Sequence[int], dst: int, seconds: float = 4.0,
+                connect_timeout: float = 10.0) -> dict[str, float]:
+        """Bulk TCP from each peer in ``srcs`` to ``dst`` at once (node/testbed/probe.py); the receiver's
+        total rate. One source measures min(its upload, dst's download); several measure dst's download.
+        NetnsError if a sender cannot connect within ``connect_timeout`` (a cut or partitioned link)."""
+        probe = [sys.executable, "-m", "distro_node.node.testbed.probe"]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        procs: list[subprocess.Popen[str]] = []
+        try:
+            receivers = []
+            for _ in srcs:
+                procs.append(subprocess.Popen([*self.exec_prefix(dst), *probe, "recv", self.address(dst)],
+                                              stdout=subprocess.PIPE, text=True, env=env))
+                receivers.append(procs[-1])
+            ports = [json.loads(_readline(r, 30.0))["port"] for r in receivers]
+            senders = []
+            for src, port in zip(srcs, ports, strict=True):
+                senders.append(subprocess.Popen(
+                    [*self.exec_prefix(src), *probe, "send", self.address(dst), str(port), str(seconds),
+                     str(connect_timeout)], env=env, stderr=subprocess.DEVNULL))
+                procs.append(senders[-1])
+            for sender in senders:
+                if sender.wait(timeout=seconds + connect_timeout + 60.0) != 0:
+                    raise NetnsError(sender.args, f"sender failed (rc={sender.returncode})")  # type: ignore[arg-type]
+            results = [json.loads(_readline(r, 60.0)) for r in receivers]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait(timeout=10)
+        total = sum(r["bytes"] for r in results)
+        span = max(r["seconds"] for r in results)
+        return {"bytes": total, "seconds": span, "mbit": round(total * 8 / span / 1e6, 2)}
+
+    # Fault actions. A cut or a partition drops packets silently (no RST, no ICMP), as a dead home router
+    # or a broken transit link would: TCP connections stall and either resume on heal or time out.
+
+    def cut(self, i: int) -> None:
+        """Take peer i's link down at the hub (the peer keeps its address; nothing reaches it)."""
+        _run(["ip", "-n", self.hub, "link", "set", f"p{i}", "down"])
+        self._cut.add(i)
+
+    def restore(self, i: int) -> None:
+        _run(["ip", "-n", self.hub, "link", "set", f"p{i}", "up"])
+        self._cut.discard(i)
+
+    def partition(self, side: Sequence[int]) -> None:
+        """Split the swarm: the peers in ``side`` move to a second bridge, unreachable from the first."""
+        for i in side:
+            _run(["ip", "-n", self.hub, "link", "set", f"p{i}", "master", SPLIT_BRIDGE])
+            self._split.add(i)
+
+    def heal(self) -> None:
+        """Undo :meth:`partition` and every :meth:`cut`."""
+        for i in sorted(self._split):
+            _run(["ip", "-n", self.hub, "link", "set", f"p{i}", "master", BRIDGE])
+        self._split.clear()
+        for i in sorted(self._cut):
+            self.restore(i)
+
+    def close(self) -> None:
+        """Delete every namespace made here (their veth ends go with them); safe to call twice."""
+        while self.namespaces:
+            _run(["ip", "netns", "del", self.namespaces.pop()], check=False)
+        atexit.unregister(self.close)
