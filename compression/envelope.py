@@ -19,8 +19,9 @@ from typing import Any
 import msgpack
 
 from .errors import PayloadError
-from .payload import FORMAT_VERSION, Header, PayloadSpec, TensorSpec
+from .payload import FORMAT_VERSION, Header
 from .sizes import FieldSizes, field_sizes
+from .spec import PayloadSpec, TensorSpec
 
 # Header keys. Single letters: at 19 tensors the v1 names and per-tensor keys were 3/4 of the bytes sent.
 K_VERSION = "v"

@@ -6,70 +6,18 @@ the special case ``k == chunk_numel`` with implicit indices ``0..chunk_numel-1``
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
+# The spec types are defined in .spec and named here too: every consumer that builds or reads payloads
+# needs them, and one import line for the payload vocabulary is what all of them use.
+from .spec import PayloadSpec, TensorSpec
+
+__all__ = ["FORMAT_VERSION", "Header", "Payload", "PayloadSpec", "SparseTensor", "TensorSpec"]
+
 FORMAT_VERSION = 2
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """What one tensor's entry must look like; derived from the LOCAL model, never from a payload."""
-
-    name: str
-    n_chunks: int
-    chunk_numel: int
-    k: int
-
-    @property
-    def dense(self) -> bool:
-        return self.k == self.chunk_numel
-
-    @property
-    def count(self) -> int:
-        return self.n_chunks * self.k
-
-
-@dataclass(frozen=True)
-class PayloadSpec:
-    """Everything a receiver needs to decode and validate a payload of one strategy.
-
-    ``index_codec`` is one of ``compression.indices.INDEX_CODECS``; ``value_codec`` one of
-    ``compression.values.VALUE_CODECS``.
-    """
-
-    strategy: str
-    tensors: tuple[TensorSpec, ...]
-    layout_digest: bytes
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    index_codec: str = "auto"
-    value_codec: str = "fp32"
-
-    def __post_init__(self) -> None:
-        # Fail at configuration time (unknown codec, enum where C(n, k) >= 2**63), not on the first payload.
-        from .sizes import check_payload_spec  # late import: sizes imports this module
-
-        check_payload_spec(self)
-
-    def fingerprint(self) -> bytes:
-        """Layout digest plus settings digest: equal fingerprints mean payloads valid for one are valid for
-        the other."""
-        return self.layout_digest + self.settings_digest()
-
-    def settings_digest(self) -> bytes:
-        """sha256 over the strategy name, codecs and settings: peers must agree on all of them."""
-        doc = {
-            "strategy": self.strategy,
-            "index_codec": self.index_codec,
-            "value_codec": self.value_codec,
-            "settings": dict(sorted(self.settings.items())),
-        }
-        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from .envelope import (
 )
 from .errors import PayloadError
 from .indices import INDEX_CODECS
-from .payload import FORMAT_VERSION, Header, Payload, PayloadSpec, SparseTensor, TensorSpec
+from .payload import FORMAT_VERSION, Header, Payload, SparseTensor
+from .spec import PayloadSpec, TensorSpec
 from .values import VALUE_CODECS
 
 __all__ = ["decode", "encode", "max_encoded_nbytes"]
