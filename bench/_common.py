@@ -33,6 +33,14 @@ PEER_ID = "12D3KooW" + "A" * 44
 STEP = 25_000
 
 
+class BenchError(RuntimeError):
+    """A configuration did not complete: a peer failed, timed out, printed no result or an inconsistent one.
+
+    One class for every bench, defined in the module they all import, so that a script's ``except
+    BenchError`` catches what its helper modules raise.
+    """
+
+
 def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _common import REPO_ROOT
-from exchange import BenchError, _Lines, summarize
+from _common import REPO_ROOT, BenchError
+from _exchange_run import JsonLines, summarize
 
 HIVEMIND_VERSION = "1.1.12"
 TORCH_VERSION = "2.13.0"
@@ -90,7 +90,7 @@ class _Group:
         self.deadline = time.monotonic() + wall_s
         self.wait = max(30.0, wall_s / 2)
         self.procs: list[subprocess.Popen[str]] = []
-        self.readers: list[_Lines] = []
+        self.readers: list[JsonLines] = []
         self._logs = tempfile.TemporaryDirectory(prefix="hivemind-bench-")
         self._base = [str(python), str(PEER_SCRIPT), "--mode", mode, "--peers", str(peers),
                       "--wait", f"{self.wait:g}", *extra]
@@ -109,7 +109,7 @@ class _Group:
                                     stdout=subprocess.PIPE, stderr=stderr, text=True,
                                     env={**os.environ, **CHILD_ENV}, start_new_session=True)
         self.procs.append(proc)
-        self.readers.append(_Lines(proc))
+        self.readers.append(JsonLines(proc))
         return self.expect(index, "ready")
 
     def expect(self, index: int, key: str) -> dict[str, Any]:

@@ -18,9 +18,9 @@ import argparse
 import json
 from typing import Any
 
-from _common import RESULTS_DIR, write_json
+from _common import RESULTS_DIR, BenchError, write_json
+from _exchange_run import run_config, summarize
 from distro_node.node.testbed.netns import Network, profile_links, ready_for_bench, tbf_args
-from exchange import BenchError, run_config, summarize
 
 TARGET_RATIO = 1.3
 CHECK_SECONDS = 3.0

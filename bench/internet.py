@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS_DIR, write_json
+from _common import RESULTS_DIR, BenchError, write_json
 from distro_node.node.join_process import PeerProc, PeerWaitError
 from distro_node.node.testbed.netns import PROFILES, profile_links, ready_for_bench
 from distro_node.node.testbed.swarm import Testbed
@@ -54,10 +54,6 @@ COMPUTE_PHASES = ("compute", "prepare", "codec")
 APPLY_PHASES = ("apply", "score")
 TARGET_COMM_RATIO = 1.3
 TARGET_OVERLAP_RATIO = 1.15
-
-
-class BenchError(RuntimeError):
-    """A run did not complete (a peer failed or timed out)."""
 
 
 def _median(values: list[float]) -> float | None:

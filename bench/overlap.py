@@ -32,14 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS_DIR, write_json
+from _common import RESULTS_DIR, BenchError, write_json
 from distro_node.node.join_process import CLI, JoinCommandError, PeerProc, PeerWaitError, join_args
 
 TARGET_RATIO = 1.15
-
-
-class BenchError(RuntimeError):
-    """A run did not complete (a peer failed, timed out, or its steps are missing)."""
 
 
 def run_swarm(
