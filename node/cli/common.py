@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from distro_node.node.config.load import ENV_CONFIG_PATH
+from distro_node.node.config.load import ENV_CONFIG_PATH, NodeConfig
 
 # What `distro-node init` writes by default, and what the other commands read when no path is given, so
 # ``init`` then ``doctor`` then ``join`` in one directory needs no flags.
@@ -46,3 +47,26 @@ def config_path(explicit: Path | None, env: Mapping[str, str] | None = None) -> 
         return Path(env[ENV_CONFIG_PATH])
     local = Path(DEFAULT_CONFIG_NAME)
     return local if local.is_file() else None
+
+
+def config_default(dotted: str) -> Any:
+    """The built-in default of config field ``dotted`` (``run.rounds.warmup_rounds``), read from the typed
+    config itself so flag help can never disagree with it."""
+    value: Any = NodeConfig()
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "none" if value is None else str(value)
+
+
+def config_help(text: str, dotted: str) -> str:
+    """Help of a flag that sets config field ``dotted``: the text, the field's default, and the field's name
+    (so an operator knows which file key or DISTRO_NODE_* variable sets the same thing)."""
+    return f"{text} (default {_shown(config_default(dotted))}) [{dotted}]"

@@ -187,7 +187,7 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
         may_measure=footprint <= room, **sizes,
     )
     checks.append(check_compute(ct, device, grad_accum=run_cfg.grad_accum, **sizes))
-    checks.append(check_payload(b, ct.seconds, config.network.round_deadline_seconds))
+    checks.append(check_payload(b, ct.seconds, config.run.rounds.round_timeout_seconds))
 
     rate: LoopbackRate | BandwidthError | None = None
     if args.measure_bandwidth:

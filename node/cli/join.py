@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from distro_node.node.cli.common import UsageError
+from distro_node.node.cli.common import UsageError, config_help
 from distro_node.node.cli.simulate import STRATEGIES
-from distro_node.node.config.schema import DATA_KINDS, TOKEN_DTYPES
+from distro_node.node.config.schema import DATA_KINDS, LOG_LEVELS, TOKEN_DTYPES
 from distro_node.node.device import DEVICES, PRECISIONS
 from distro_node.node.faults import FaultSpec, FaultSpecError, fault_usage
+from distro_node.node.logs import configure_logging
 from distro_node.node.peer.local import LocalSettings
-from distro_node.node.peer.manifest import RoundSettings
 from distro_node.node.peer.output import FORMATS
 from distro_node.node.peer.settings import DEMO_DISTRO_LR, founder_manifest, load_join_settings
 from distro_node.node.presets import PRESETS
@@ -43,9 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="expected run id (sha256 of the manifest, printed by the founder): refuse a "
                           "bootstrap peer that serves another run")
     net.add_argument("--listen", action="append", default=None, metavar="MULTIADDR",
-                     help="listen address (default /ip4/127.0.0.1/tcp/0 when no config sets one: loopback, "
-                          "any free port; use /ip4/0.0.0.0/tcp/4747 to accept peers from other machines); "
-                          "repeatable [network.listen]")
+                     help="listen address, repeatable (when no config sets one: /ip4/127.0.0.1/tcp/0, "
+                          "loopback, any free port; use /ip4/0.0.0.0/tcp/4747 to accept peers from other "
+                          "machines) [network.listen]")
     net.add_argument("--announce", action="append", default=None, metavar="MULTIADDR",
                      help="address to advertise instead of the listen ones (NAT, containers); repeatable "
                           "[network.announce_addrs]")
@@ -56,19 +56,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="directory for this node's persistent files: identity key, checkpoints "
                           "(default: none when no config sets data_dir) [data_dir]")
     obs = p.add_argument_group("metrics and checkpoints")
-    obs.add_argument("--metrics-host", default=None, help="bind address of /metrics [metrics.host]")
+    obs.add_argument("--metrics-host", default=None,
+                     help=config_help("bind address of /metrics", "metrics.host"))
     obs.add_argument("--metrics-port", type=int, default=None,
                      help="port of /metrics; 0 = any free port, printed at start (default 0 when no config "
                           "sets one) [metrics.port]")
     obs.add_argument("--no-metrics", action="store_true", help="do not serve /metrics [metrics.enabled]")
     obs.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS",
-                     help="save a checkpoint every N steps (and on exit) under DATA_DIR/checkpoints "
-                          "[checkpoint.every_steps]")
+                     help=config_help("save a checkpoint every N steps (and on exit) under "
+                                      "DATA_DIR/checkpoints", "checkpoint.every_steps"))
     run = p.add_argument_group("run (founders only; joiners take these from the run manifest)")
-    run.add_argument("--preset", default=None, choices=list(PRESETS), help="model preset (default tiny) "
-                                                                         "[run.model]")
-    run.add_argument("--strategy", default=None, choices=STRATEGIES, help="optimizer (default distro) "
-                                                                        "[run.strategy]")
+    run.add_argument("--preset", default=None, choices=list(PRESETS),
+                     help=config_help("model preset", "run.model"))
+    run.add_argument("--strategy", default=None, choices=STRATEGIES,
+                     help=config_help("optimizer", "run.strategy"))
     run.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the strategy's; "
                                                             f"DisTrO: {DEMO_DISTRO_LR}) "
                                                             "[run.strategy_settings.schedule.lr]")
@@ -81,12 +82,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "instead of their sum; stored in the run manifest, so every peer follows it "
                           "[run.strategy_settings.overlapped]")
     run.add_argument("--batch-size", type=int, default=None,
-                     help="sequences per peer per step (default 4) [run.batch_size]")
+                     help=config_help("sequences per peer per step", "run.batch_size"))
     run.add_argument("--seq-len", type=int, default=None,
-                     help="tokens per sequence (default 32) [run.seq_len]")
-    run.add_argument("--seed", type=int, default=None, help="model init seed (default 0) [run.seed]")
-    run.add_argument("--data-seed", type=int, default=None, help="embedded dataset seed (default 0) "
-                                                                 "[run.data.seed]")
+                     help=config_help("tokens per sequence", "run.seq_len"))
+    run.add_argument("--seed", type=int, default=None, help=config_help("model init seed", "run.seed"))
+    run.add_argument("--data-seed", type=int, default=None,
+                     help=config_help("embedded dataset seed", "run.data.seed"))
     run.add_argument("--data-kind", default=None, choices=DATA_KINDS,
                      help="training data: embedded (default; offline Markov corpus), text (a file of bytes, "
                           "vocab 256) or tokens (flat little-endian uint16/uint32 ids); a file's sha256 and "
@@ -100,39 +101,46 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "lr x --min-lr-ratio at --total-steps) or wsd (its decay_steps from the config) "
                           "[run.strategy_settings.schedule.kind]")
     run.add_argument("--warmup-steps", type=int, default=None,
-                     help="linear warmup from lr/N at step 0 to lr at step N (default 0) "
-                          "[run.strategy_settings.schedule.warmup_steps]")
+                     help=config_help("linear warmup from lr/N at step 0 to lr at step N",
+                                      "run.strategy_settings.schedule.warmup_steps"))
     run.add_argument("--total-steps", type=int, default=None,
                      help="horizon of the cosine/wsd decay: the step where lr reaches its floor (must exceed "
                           "--warmup-steps) [run.strategy_settings.schedule.total_steps]")
     run.add_argument("--min-lr-ratio", type=float, default=None,
-                     help="floor of the decay as a fraction of lr (default 0.1) "
-                          "[run.strategy_settings.schedule.min_lr_ratio]")
+                     help=config_help("floor of the decay as a fraction of lr",
+                                      "run.strategy_settings.schedule.min_lr_ratio"))
     run.add_argument("--grad-clip", type=float, default=None,
-                     help="clip each peer's gradient to this global L2 norm before compression; 0 turns "
-                          "clipping off (default 1.0) [run.grad_clip]")
+                     help=config_help("clip each peer's gradient to this global L2 norm before compression; "
+                                      "0 turns clipping off", "run.grad_clip"))
     run.add_argument("--round-timeout", type=float, default=None,
-                     help="seconds a round collects payloads before closing without missing peers "
-                          "(default 10) [network.round_deadline_seconds]")
-    run.add_argument("--leader-timeout", type=float, default=2.0,
-                     help="seconds before the next leader takes over a round whose leader is silent "
-                          "(default 2)")
-    run.add_argument("--liveness-timeout", type=float, default=5.0,
-                     help="seconds without a heartbeat after which a peer is no longer waited for "
-                          "(default 5); a peer whose connections all closed (a crash) is not waited "
-                          "for at all until it is heard from again")
-    run.add_argument("--warmup-rounds", type=int, default=3,
-                     help="rounds a newcomer trains without being included (default 3)")
+                     help=config_help("seconds a round collects payloads before closing without the missing "
+                                      "peers",
+                                      "run.rounds.round_timeout_seconds"))
+    run.add_argument("--leader-timeout", type=float, default=None,
+                     help=config_help("seconds before the next leader takes over a round whose leader is "
+                                      "silent", "run.rounds.leader_timeout_seconds"))
+    run.add_argument("--liveness-timeout", type=float, default=None,
+                     help=config_help("seconds without a heartbeat after which a peer is no longer waited "
+                                      "for; a peer whose connections all closed (a crash) is not waited for "
+                                      "at all until it is heard from again",
+                                      "run.rounds.liveness_timeout_seconds"))
+    run.add_argument("--warmup-rounds", type=int, default=None,
+                     help=config_help("rounds a newcomer trains without being included",
+                                      "run.rounds.warmup_rounds"))
     run.add_argument("--genesis-peers", type=int, default=1,
                      help="start step 0 once this many peers (the founder included) have joined "
-                          "(default 1: start at once; later peers join mid-run)")
+                          "(default %(default)s: start at once; later peers join mid-run)")
     local = p.add_argument_group("this process")
     local.add_argument("--steps", type=int, default=None,
                        help="leave gracefully after the swarm's step N is applied (default: run until "
                             "interrupted)")
     local.add_argument("--log-format", default="text", choices=FORMATS,
-                       help="text: one readable line per step; json: one JSON object per line (for tools)")
-    local.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+                       help="text: one readable line per step; json: one JSON object per line (for tools); "
+                            "log records (stderr) follow the same format (default %(default)s)")
+    local.add_argument("--log-level", default=None, choices=LOG_LEVELS,
+                       help=config_help("log verbosity of stderr, third-party libraries included",
+                                        "log_level"))
+    local.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
     local.add_argument("--device", default=None, choices=DEVICES,
                        help="where this peer's forward/backward runs: auto (default: cuda, else mps, else "
                             "cpu), cpu, cuda or mps; the weights update runs on CPU everywhere, so peers "
@@ -141,9 +149,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="forward pass precision: auto (default: bf16 autocast on cuda, fp32 elsewhere), "
                             "fp32 or bf16 (autocast; weights and gradients stay fp32) [precision]")
     local.add_argument("--grad-accum", type=int, default=None, metavar="N",
-                       help="split the run's per-peer batch into N micro-batches and average their "
-                            "gradients: less memory, the same run (N must divide the batch size; default 1) "
-                            "[run.grad_accum]")
+                       help=config_help("split the run's per-peer batch into N micro-batches and average "
+                                        "their gradients: less memory, the same run (N must divide the batch "
+                                        "size)", "run.grad_accum"))
     local.add_argument("--data-path", type=Path, default=None,
                        help="this machine's copy of the run's data file (founders: the file to train on, "
                             "with --data-kind); joiners must hold a file with the manifest's sha256 and size "
@@ -174,7 +182,11 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "network.listen": tup(args.listen),
         "network.announce_addrs": tup(args.announce),
         "network.key_file": args.key_file,
-        "network.round_deadline_seconds": args.round_timeout,
+        "run.rounds.round_timeout_seconds": args.round_timeout,
+        "run.rounds.leader_timeout_seconds": args.leader_timeout,
+        "run.rounds.liveness_timeout_seconds": args.liveness_timeout,
+        "run.rounds.warmup_rounds": args.warmup_rounds,
+        "log_level": args.log_level,
         "metrics.host": args.metrics_host,
         "metrics.port": args.metrics_port,
         "metrics.enabled": False if args.no_metrics else None,
@@ -204,13 +216,10 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check(args: argparse.Namespace) -> bytes | None:
-    for name in ("steps", "genesis_peers", "threads", "warmup_rounds"):
+    for name in ("steps", "genesis_peers", "threads"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')}", f"must be >= 1, got {value}")
-    for name in ("leader_timeout", "liveness_timeout"):
-        if not getattr(args, name) > 0:
-            raise UsageError(f"--{name.replace('_', '-')}", "must be > 0")
     if not args.comm_delay >= 0:
         raise UsageError("--comm-delay", f"must be >= 0 seconds, got {args.comm_delay}")
     if args.run_id is None:
@@ -241,23 +250,18 @@ def run_join(args: argparse.Namespace) -> int:
     settings = load_join_settings(args.config, _flags(args))
     cfg = settings.config
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    import logging
-
+    configure_logging(cfg.log_level, args.log_format)
     import torch
     import trio
     from distro_node.node.peer.node import PeerError, PeerNode, PeerOptions
 
     torch.set_num_threads(args.threads)
-    logging.getLogger("libp2p").setLevel(logging.ERROR)
     for directory in (settings.data_dir, settings.key_file.parent if settings.key_file else None):
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
-    rounds = RoundSettings(round_timeout=cfg.network.round_deadline_seconds,
-                           leader_timeout=args.leader_timeout, liveness_timeout=args.liveness_timeout,
-                           warmup_rounds=args.warmup_rounds)
     bootstrap = cfg.network.bootstrap
     local = LocalSettings.from_config(cfg)
-    manifest = None if bootstrap else founder_manifest(settings, rounds)
+    manifest = None if bootstrap else founder_manifest(settings)
     if manifest is not None:
         local.micro_batch(manifest.batch_size)  # a founder's bad --grad-accum stops it before the network
     options = PeerOptions(

@@ -27,6 +27,7 @@ from distro_node.node.config.schema import (
     MetricsConfig,
     NetworkConfig,
     NodeConfig,
+    RoundsConfig,
     RunConfig,
     Section,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "MetricsConfig",
     "NetworkConfig",
     "NodeConfig",
+    "RoundsConfig",
     "RunConfig",
     "env_name",
     "load_config",

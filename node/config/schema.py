@@ -25,7 +25,6 @@ from distro_node.optimizer.registry import STRATEGIES, make_config
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 DATA_KINDS: tuple[str, ...] = ("embedded", "text", "tokens")
 TOKEN_DTYPES: tuple[str, ...] = ("auto", "uint16", "uint32")
-MAX_FAULT_SPEC_CHARS = 4096
 
 
 def doc(text: str, example: str = "") -> dict[str, str]:
@@ -128,6 +127,43 @@ def _strategy_field(exc: ConfigError, strategy: str) -> str:
 
 
 @dataclass(frozen=True)
+class RoundsConfig(Section):
+    """Round timings and roster rules. Replicated state, not a local preference: every replica must drop and
+    activate peers at the same step, so a founder writes these into the run manifest and joiners follow it."""
+
+    SECTION: ClassVar[str] = "run.rounds"
+
+    round_timeout_seconds: float = field(
+        default=10.0,
+        metadata=doc("a round collects announcements and payloads this long, then closes without the "
+                     "missing peers"),
+    )
+    leader_timeout_seconds: float = field(
+        default=2.0,
+        metadata=doc("the next leader takes over a round whose leader is silent after this long"),
+    )
+    liveness_timeout_seconds: float = field(
+        default=5.0,
+        metadata=doc("a peer without a heartbeat for this long is no longer waited for; a peer whose "
+                     "connections all closed (a crash) is not waited for at all"),
+    )
+    warmup_rounds: int = field(default=3, metadata=doc("rounds a newcomer trains without being included"))
+    max_missed_rounds: int = field(
+        default=3,
+        metadata=doc("consecutive lists a roster peer may miss before every replica drops it"),
+    )
+
+    def check(self) -> None:
+        for name in ("round_timeout_seconds", "leader_timeout_seconds", "liveness_timeout_seconds"):
+            self._positive(name)
+            self._range(name, 0.0, 86400.0)
+        if self.leader_timeout_seconds >= 4 * self.round_timeout_seconds:
+            raise self._fail("leader_timeout_seconds", "must be < 4 x round_timeout_seconds")
+        for name in ("warmup_rounds", "max_missed_rounds"):
+            self._range(name, 1, 1000)
+
+
+@dataclass(frozen=True)
 class RunConfig(Section):
     """What defines a training run; peers must agree on all of it (see :meth:`digest`)."""
 
@@ -142,8 +178,8 @@ class RunConfig(Section):
         metadata=doc("settings of the chosen strategy (optimizer/config.py); unknown keys are errors"),
     )
     data: DataConfig = field(default_factory=DataConfig, metadata=doc("training data"))
-    batch_size: int = field(default=8, metadata=doc("sequences per peer per step"))
-    seq_len: int = field(default=64, metadata=doc("tokens per sequence (at most the preset's seq_len)"))
+    batch_size: int = field(default=4, metadata=doc("sequences per peer per step"))
+    seq_len: int = field(default=32, metadata=doc("tokens per sequence (at most the preset's seq_len)"))
     grad_accum: int = field(
         default=1,
         metadata=doc("micro-batches the step's batch is split into (must divide batch_size); local: less "
@@ -153,7 +189,7 @@ class RunConfig(Section):
         default=1.0,
         metadata=doc("max global gradient norm before the strategy sees it; 0 disables"),
     )
-    total_steps: int = field(default=1000, metadata=doc("steps of the run"))
+    rounds: RoundsConfig = field(default_factory=RoundsConfig, metadata=doc("round timings and roster rules"))
     seed: int = field(default=0, metadata=doc("seed of the initial weights (the same on every peer)"))
 
     def check(self) -> None:
@@ -168,7 +204,7 @@ class RunConfig(Section):
             detail = str(exc).removeprefix(f"{exc.field}: ")
             raise ConfigFieldError(field_name, detail) from None
         object.__setattr__(self, "strategy_settings", settings)
-        for name in ("batch_size", "seq_len", "grad_accum", "total_steps"):
+        for name in ("batch_size", "seq_len", "grad_accum"):
             self._range(name, 1, 2**31 - 1)
         if self.seq_len > shape.seq_len:
             limit = f"must be <= {shape.seq_len} (preset {self.model!r})"
@@ -220,15 +256,34 @@ class NetworkConfig(Section):
             example="/var/lib/distro-node/identity.key",
         ),
     )
-    round_deadline_seconds: float = field(
+    max_peers: int = field(default=64, metadata=doc("most peers kept connected at once (a connection cap)"))
+    peer_exchange_seconds: float = field(
+        default=1.0,
+        metadata=doc("how often to ask a connected peer for the peers it knows; short, so a swarm healed "
+                     "after a partition finds itself again within seconds"),
+    )
+    reannounce_seconds: float = field(
+        default=2.0,
+        metadata=doc("republish our announcement this often while a round is stalled (a partition may have "
+                     "eaten it)"),
+    )
+    fetch_retry_seconds: float = field(
+        default=1.0,
+        metadata=doc("retry a payload fetch that failed after this long"),
+    )
+    apply_timeout_seconds: float = field(
         default=30.0,
-        metadata=doc("a round closes with the payloads that arrived by then"),
+        metadata=doc("a decided step whose payloads cannot be fetched within this long asks for a state "
+                     "sync"),
     )
-    announce_interval_seconds: float = field(
-        default=5.0,
-        metadata=doc("re-announce while a round is stalled"),
+    resync_cooldown_seconds: float = field(
+        default=10.0,
+        metadata=doc("wait at least this long between two state syncs"),
     )
-    max_peers: int = field(default=64, metadata=doc("connection cap"))
+    behind_steps: int = field(
+        default=4,
+        metadata=doc("resync when most of the roster reports a step at least this far ahead of ours"),
+    )
 
     def check(self) -> None:
         if not self.listen:
@@ -236,10 +291,12 @@ class NetworkConfig(Section):
         _check_multiaddrs(self, "listen", need_peer_id=False)
         _check_multiaddrs(self, "bootstrap", need_peer_id=True)
         _check_multiaddrs(self, "announce_addrs", need_peer_id=False)
-        for name in ("round_deadline_seconds", "announce_interval_seconds"):
+        for name in ("peer_exchange_seconds", "reannounce_seconds", "fetch_retry_seconds",
+                     "apply_timeout_seconds", "resync_cooldown_seconds"):
             self._positive(name)
             self._range(name, 0.0, 86400.0)
         self._range("max_peers", 1, 4096)
+        self._range("behind_steps", 1, 1_000_000)
 
 
 @dataclass(frozen=True)
@@ -301,10 +358,6 @@ class NodeConfig(Section):
                      "fp32); local like device"),
     )
     log_level: str = field(default="info", metadata=doc(f"log verbosity: {' | '.join(LOG_LEVELS)}"))
-    faults: str | None = field(
-        default=None,
-        metadata=doc("fault injection spec for tests (node/faults.py); unset: none", example=""),
-    )
     run: RunConfig = field(default_factory=RunConfig, metadata=doc("the training run"))
     network: NetworkConfig = field(default_factory=NetworkConfig, metadata=doc("peer-to-peer networking"))
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata=doc("checkpoints"))
@@ -314,8 +367,6 @@ class NodeConfig(Section):
         self._choice("device", DEVICES)
         self._choice("precision", PRECISIONS)
         self._choice("log_level", LOG_LEVELS)
-        if self.faults is not None and not 0 < len(self.faults) <= MAX_FAULT_SPEC_CHARS:
-            raise self._fail("faults", f"must be 1..{MAX_FAULT_SPEC_CHARS} characters when set")
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -339,6 +390,7 @@ __all__ = [
     "MetricsConfig",
     "NetworkConfig",
     "NodeConfig",
+    "RoundsConfig",
     "RunConfig",
     "Section",
     "doc",

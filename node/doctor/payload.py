@@ -86,14 +86,14 @@ def check_payload(b: PayloadBudget, compute_seconds: float, deadline_seconds: fl
         "uplink_bits_per_second": b.uplink_bits_per_second,
         "upload_bytes_per_exchange": b.upload_bytes,
         "upload_seconds_per_exchange": upload,
-        "round_deadline_seconds": deadline_seconds,
+        "round_timeout_seconds": deadline_seconds,
     }
     if upload > deadline_seconds:
         return Check(
             "payload", FAIL, summary,
-            hint=f"upload exceeds network.round_deadline_seconds = {deadline_seconds:g}: rounds would close "
-            "without this node; use strategy distro (or a lower topk), fewer peers, more uplink, or a longer "
-            "deadline",
+            hint=f"upload exceeds run.rounds.round_timeout_seconds = {deadline_seconds:g}: rounds would "
+            "close without this node; use strategy distro (or a lower topk), fewer peers, more uplink, or a "
+            "longer deadline",
             details=details,
         )
     if upload * b.every_steps > compute_seconds:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from distro_node.compression.wire import max_encoded_nbytes
+from distro_node.node.config.schema import NetworkConfig, RoundsConfig, RunConfig
 from distro_node.optimizer.errors import ConfigError
 from distro_node.optimizer.registry import STRATEGIES, make_config
 from distro_node.protocol.round_config import RoundConfig, RoundConfigError
@@ -38,7 +39,8 @@ MANIFEST_VERSION = 1
 MAX_MANIFEST_BYTES = 64 * 1024
 DATA_FILE_KINDS: tuple[str, ...] = ("text", "tokens")
 TOKEN_DTYPES: tuple[str, ...] = ("uint16", "uint32")
-DEFAULT_GRAD_CLIP = 1.0
+_RUN = RunConfig()  # the defaults below come from the node config's [run] table (one source)
+DEFAULT_GRAD_CLIP = _RUN.grad_clip
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -50,13 +52,25 @@ class ManifestError(ValueError):
         self.field = field
 
 
+_ROUNDS = RoundsConfig()  # the defaults come from the node config (one source); see RoundsConfig's docs
+
+
 @dataclass(frozen=True)
 class RoundSettings:
-    round_timeout: float = 10.0  # collect announcements this long after a round starts
-    leader_timeout: float = 2.0
-    liveness_timeout: float = 5.0
-    warmup_rounds: int = 3
-    max_missed_rounds: int = 3
+    """``[run.rounds]`` as the manifest carries it. The field names are the manifest's wire names (they are
+    part of the bytes the run id hashes), hence without the config's ``_seconds`` suffix."""
+
+    round_timeout: float = _ROUNDS.round_timeout_seconds
+    leader_timeout: float = _ROUNDS.leader_timeout_seconds
+    liveness_timeout: float = _ROUNDS.liveness_timeout_seconds
+    warmup_rounds: int = _ROUNDS.warmup_rounds
+    max_missed_rounds: int = _ROUNDS.max_missed_rounds
+
+    @classmethod
+    def from_config(cls, rounds: RoundsConfig) -> RoundSettings:
+        return cls(round_timeout=rounds.round_timeout_seconds, leader_timeout=rounds.leader_timeout_seconds,
+                   liveness_timeout=rounds.liveness_timeout_seconds, warmup_rounds=rounds.warmup_rounds,
+                   max_missed_rounds=rounds.max_missed_rounds)
 
 
 @dataclass(frozen=True)
@@ -98,13 +112,13 @@ _OMITTED_AT_DEFAULT: dict[str, Any] = {"grad_clip": DEFAULT_GRAD_CLIP, "data": D
 
 @dataclass(frozen=True)
 class RunManifest:
-    preset: str = "tiny"
-    strategy: str = "distro"
+    preset: str = _RUN.model
+    strategy: str = _RUN.strategy
     settings: Mapping[str, Any] = field(default_factory=dict)
-    batch_size: int = 4
-    seq_len: int = 32
-    seed: int = 0
-    data_seed: int = 0
+    batch_size: int = _RUN.batch_size
+    seq_len: int = _RUN.seq_len
+    seed: int = _RUN.seed
+    data_seed: int = _RUN.data.seed
     grad_clip: float = DEFAULT_GRAD_CLIP  # max global gradient norm before the strategy sees it; 0: off
     data: DataSpec = field(default_factory=DataSpec)
     rounds: RoundSettings = field(default_factory=RoundSettings)
@@ -208,8 +222,11 @@ class RunManifest:
             raise ManifestError("encoding", "not in canonical form (sorted keys, no whitespace)")
         return manifest
 
-    def round_config(self, max_payload_bytes: int) -> RoundConfig:
+    def round_config(self, max_payload_bytes: int, network: NetworkConfig | None = None) -> RoundConfig:
+        """The round machine's settings: the replicated ones from this manifest, this peer's own retry and
+        resync pacing from ``network`` (the node config; None: its defaults)."""
         r = self.rounds
+        net = network if network is not None else NetworkConfig()
         try:
             return RoundConfig(
                 run_id=self.run_id(),
@@ -219,11 +236,11 @@ class RunManifest:
                 warmup_rounds=r.warmup_rounds,
                 max_missed_rounds=r.max_missed_rounds,
                 max_payload_bytes=max_payload_bytes,
-                behind_steps=4,
-                reannounce_interval=2.0,
-                fetch_retry_interval=1.0,
-                apply_timeout=30.0,
-                resync_cooldown=10.0,
+                behind_steps=net.behind_steps,
+                reannounce_interval=net.reannounce_seconds,
+                fetch_retry_interval=net.fetch_retry_seconds,
+                apply_timeout=net.apply_timeout_seconds,
+                resync_cooldown=net.resync_cooldown_seconds,
             )
         except RoundConfigError as exc:
             raise ManifestError("rounds", str(exc)) from None

@@ -29,10 +29,7 @@ from .run_data import founder_data_spec
 # Fields no layer set take these values (see the module docstring for why).
 LOCAL_DEFAULTS: dict[str, Any] = {
     "network.listen": ("/ip4/127.0.0.1/tcp/0",),
-    "network.round_deadline_seconds": 10.0,
     "metrics.port": 0,
-    "run.batch_size": 4,
-    "run.seq_len": 32,
 }
 # Sign updates on the small presets want a far larger step than the optimizer's 1.2B default
 # (node/cli/simulate.py DEMO_DISTRO_LR); used when no layer sets a DisTrO learning rate.
@@ -82,15 +79,18 @@ def load_join_settings(
     return JoinSettings(config, explicit, data_dir, key_file, checkpoint_dir)
 
 
-def founder_manifest(settings: JoinSettings, rounds: RoundSettings) -> RunManifest:
+def founder_manifest(settings: JoinSettings, rounds: RoundSettings | None = None) -> RunManifest:
     """The manifest a founder creates from the ``[run]`` table.
 
     The strategy settings go into the manifest only when some layer set them (so a run's id does not change
     with every new optimizer default); a DisTrO run without a learning rate gets ``DEMO_DISTRO_LR``, also
     when other schedule fields (warmup, cosine horizon) are set. A data file is hashed here (sha256 and size
-    go into the manifest, the path stays local); ``run.grad_clip`` becomes the manifest's ``grad_clip``.
+    go into the manifest, the path stays local); ``run.grad_clip`` becomes the manifest's ``grad_clip`` and
+    ``[run.rounds]`` its ``rounds`` (unless ``rounds`` is given).
     """
     run = settings.config.run
+    if rounds is None:
+        rounds = RoundSettings.from_config(run.rounds)
     strategy_settings: dict[str, Any] = {}
     if any(name.startswith("run.strategy_settings") for name in settings.explicit):
         strategy_settings = asdict(run.strategy_settings) if run.strategy_settings is not None else {}

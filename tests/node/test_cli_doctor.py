@@ -110,7 +110,7 @@ def test_dense_exchange_over_a_home_uplink_misses_the_deadline(capsys: pytest.Ca
     checks = by_name(report)
     assert code == 1
     assert checks["payload"]["status"] == FAIL
-    assert "round_deadline_seconds" in checks["payload"]["hint"]
+    assert "round_timeout_seconds" in checks["payload"]["hint"]
     assert checks["step_time"]["status"] == WARN
 
 

@@ -14,6 +14,7 @@ from distro_node.node.config.load import (
     MetricsConfig,
     NetworkConfig,
     NodeConfig,
+    RoundsConfig,
     RunConfig,
     env_name,
     load_config,
@@ -39,7 +40,6 @@ def test_rendered_custom_config_loads_back_equal(tmp_path: Path) -> None:
     config = NodeConfig(
         data_dir=Path("/srv/node"),
         device="cpu",
-        faults='drop "x" \\ 0.1',
         run=RunConfig(
             model="small",
             strategy="adamw",
@@ -47,9 +47,10 @@ def test_rendered_custom_config_loads_back_equal(tmp_path: Path) -> None:
                 schedule=ScheduleConfig(kind="cosine", total_steps=500), beta2=0.99
             ),
             seq_len=128,
+            rounds=RoundsConfig(round_timeout_seconds=2.5),
         ),
-        network=NetworkConfig(bootstrap=(PEER,), key_file=Path("/srv/node/key"), round_deadline_seconds=2.5),
-        metrics=MetricsConfig(port=0, enabled=False),
+        network=NetworkConfig(bootstrap=(PEER,), key_file=Path("/srv/node/key")),
+        metrics=MetricsConfig(host='drop "x" \\ 0.1', port=0, enabled=False),
     )
     assert load_config(write(tmp_path, render_toml(config)), env={}) == config
 
@@ -63,7 +64,7 @@ def test_no_sources_gives_defaults() -> None:
     [
         ("metrics.port", "1000", "2000", "3000", (1000, 2000, 3000)),
         ("run.strategy_settings.topk", "8", "16", 32, (8, 16, 32)),
-        ("network.round_deadline_seconds", "5", "6.5", "7", (5.0, 6.5, 7.0)),
+        ("run.rounds.round_timeout_seconds", "5", "6.5", "7", (5.0, 6.5, 7.0)),
         ("checkpoint.enabled", "true", "no", False, (True, False, False)),
     ],
 )
@@ -91,7 +92,7 @@ def test_env_parsing_of_lists_optionals_and_booleans() -> None:
     env = {
         "DISTRO_NODE_NETWORK__LISTEN": "/ip4/127.0.0.1/tcp/1, /ip4/127.0.0.1/tcp/2",
         "DISTRO_NODE_NETWORK__BOOTSTRAP": PEER,
-        "DISTRO_NODE_FAULTS": "",
+        "DISTRO_NODE_NETWORK__KEY_FILE": "",
         "DISTRO_NODE_METRICS__ENABLED": "off",
         "DISTRO_NODE_LOG_LEVEL": "debug",
         "DISTRO_NODE_RUN__STRATEGY_SETTINGS__OVERLAPPED": "true",
@@ -102,7 +103,7 @@ def test_env_parsing_of_lists_optionals_and_booleans() -> None:
     config = load_config(env=env)
     assert config.network.listen == ("/ip4/127.0.0.1/tcp/1", "/ip4/127.0.0.1/tcp/2")
     assert config.network.bootstrap == (PEER,)
-    assert config.faults is None
+    assert config.network.key_file is None
     assert config.metrics.enabled is False
     assert config.log_level == "debug"
     settings = config.run.strategy_settings
@@ -146,7 +147,8 @@ BAD_CASES = [
     ("[metrics]\nport = 70000\n", {}, {}, "metrics.port", "file", "must be in [0, 65535], got 70000"),
     ("[network]\nlisten = '/ip4/1.2.3.4/tcp/1'\n", {}, {}, "network.listen", "file", "list of strings"),
     ("[network]\nbootstrap = ['/ip4/1.2.3.4/tcp/1']\n", {}, {}, "network.bootstrap", "file", "/p2p/"),
-    ("[network]\nround_deadline_seconds = 0\n", {}, {}, "network.round_deadline_seconds", "file", "> 0"),
+    ("[run.rounds]\nround_timeout_seconds = 0\n", {}, {}, "run.rounds.round_timeout_seconds", "file",
+     "> 0"),
     ("[run]\nmodel = 'huge'\n", {}, {}, "run.model", "file", "unknown model preset"),
     ("[run]\nstrategy = 'sgd'\n", {}, {}, "run.strategy", "file", "must be one of"),
     ("[run]\nseq_len = 4096\n", {}, {}, "run.seq_len", "file", "<= 64"),
