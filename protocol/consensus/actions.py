@@ -1,0 +1,164 @@
+"""Effects the round state machine asks its driver (the transport and the node) to carry out.
+
+The machine never does I/O: every call returns a list of these, in the order they should be performed.
+Reasons are small fixed vocabularies so they can be used as metric labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..messages import Announcement, InclusionList, Status, Vote
+
+PENALTY_REASONS: tuple[str, ...] = (
+    "equivocation",  # two different announcements for the same step
+    "list_equivocation",  # a leader signed two different lists for the same epoch of a step
+    "vote_equivocation",  # a voter signed two different votes for the same epoch of a step
+    "invalid_list",  # a list that breaks the roster rules (unknown leader, ineligible peer, ...)
+    "invalid_payload",  # the announced payload failed validation
+    "oversize",  # announced a payload above the configured cap
+)
+RESYNC_REASONS: tuple[str, ...] = (
+    "weights_diverged",  # our weights hash differs from the majority of the included peers
+    "behind",  # a majority of the roster is ahead of us
+    "conflict",  # we saw a different valid list for a step we already decided
+    "unapplicable",  # the decided list names a payload we cannot get or that is invalid
+)
+MEMBERSHIP_CHANGES: tuple[str, ...] = ("warming", "activated", "dropped_missed", "left")
+CONFLICT_KINDS: tuple[str, ...] = (
+    "later_proposal",  # a designated leader proposed a different list in an epoch after our decision
+    "vote_majority",  # a majority voted for a different list: only possible with lying voters
+)
+
+
+@dataclass(frozen=True)
+class FetchPayload:
+    """Pull these exact bytes from any of ``sources`` (in preference order) or any other holder, verify
+    the hash, validate, then report with ``on_payload_validated`` / ``on_payload_invalid`` /
+    ``on_payload_failed``.
+    """
+
+    step: int
+    peer_id: str
+    payload_hash: bytes
+    payload_size: int | None
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PublishInclusionList:
+    """We lead this epoch of the step: sign and gossip the list. The machine already holds it itself."""
+
+    inclusion_list: InclusionList
+
+
+@dataclass(frozen=True)
+class PublishVote:
+    """Sign and gossip our vote; the machine already counted it."""
+
+    vote: Vote
+
+
+@dataclass(frozen=True)
+class PublishStatus:
+    """Sign and gossip our status for a new epoch (a promise plus our latest vote)."""
+
+    status: Status
+
+
+@dataclass(frozen=True)
+class ApplyInclusionList:
+    """Aggregate exactly these payloads (all fetched and validated) for ``step``; emitted in step order.
+
+    ``majority_weights_hash`` is the weights hash a strict majority of the included peers announced (None if
+    there is no strict majority): the hash a joiner or a resyncing peer must match.
+    """
+
+    step: int
+    inclusion_list: InclusionList
+    majority_weights_hash: bytes | None
+
+
+@dataclass(frozen=True)
+class Reannounce:
+    """Publish our announcement again: the round stalled and the first copy may have been lost."""
+
+    announcement: Announcement
+
+
+@dataclass(frozen=True)
+class PeerMissed:
+    """An eligible roster peer is not in the decided list for ``step`` (feeds peer scores)."""
+
+    step: int
+    peer_id: str
+
+
+@dataclass(frozen=True)
+class MembershipChanged:
+    """The replicated roster changed when ``step`` was decided.
+
+    ``change`` is in :data:`MEMBERSHIP_CHANGES`.
+    """
+
+    step: int
+    peer_id: str
+    change: str
+
+
+@dataclass(frozen=True)
+class Penalize:
+    """Evidence of a faulty or malicious peer; ``reason`` is in :data:`PENALTY_REASONS`."""
+
+    peer_id: str
+    step: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResyncNeeded:
+    """Our state cannot be trusted or cannot progress: fetch weights (matching ``weights_hash`` when known)
+    and a :class:`~distro_node.protocol.membership.SyncState` from peers, then call ``restore``.
+    """
+
+    step: int
+    reason: str
+    weights_hash: bytes | None
+
+
+@dataclass(frozen=True)
+class ListConflict:
+    """Evidence that some replica may decide a different list for ``step`` than we did.
+
+    The vote rule makes this impossible among honest peers, so it means lying peers or a bug; ``kind`` is
+    in :data:`CONFLICT_KINDS`. The next round's weights-hash check tells who diverged.
+    """
+
+    step: int
+    decided_digest: bytes
+    other_digest: bytes
+    evidence_from: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class RoundStalled:
+    """Every leader had an epoch of ``step`` without a decision (typically no quorum: a partition)."""
+
+    step: int
+
+
+Action = (
+    FetchPayload
+    | PublishInclusionList
+    | PublishVote
+    | PublishStatus
+    | ApplyInclusionList
+    | Reannounce
+    | PeerMissed
+    | MembershipChanged
+    | Penalize
+    | ResyncNeeded
+    | ListConflict
+    | RoundStalled
+)
