@@ -52,6 +52,22 @@ class _ThirdParty(logging.Filter):
         return True
 
 
+class _HandledByUs(logging.Filter):
+    """Drops py-libp2p's ERROR report of a stream that could not be opened (a multi-line block naming lock
+    statistics) unless debugging: the failure reaches our code as an exception, which says what it means
+    (a peer that does not speak the protocol, a closed connection) and is logged there at the right level.
+    Seen when a peer is asked for a protocol before identify has told us it is not a member."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith(_STREAM_FAILURE_PREFIX):
+            return logging.getLogger(OUR_LOGGER).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_STREAM_FAILURE_PREFIX = "Failed to open stream to peer"
+_STREAM_FAILURE_LOGGER = "libp2p.host.basic_host"
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, matching the daemon's ``--log-format json`` event lines."""
 
@@ -97,5 +113,8 @@ def configure_logging(level: str, fmt: str, stream: TextIO | None = None) -> log
     third_party = numeric if numeric == logging.DEBUG else max(numeric, logging.ERROR)
     for name in NOISY:
         logging.getLogger(name).setLevel(third_party)
+    stream_failures = logging.getLogger(_STREAM_FAILURE_LOGGER)
+    if not any(isinstance(f, _HandledByUs) for f in stream_failures.filters):
+        stream_failures.addFilter(_HandledByUs())
     logging.captureWarnings(True)
     return handler

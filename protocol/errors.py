@@ -55,6 +55,15 @@ class DialError(TransportError):
         self.reason = reason
 
 
+class ProtocolNotSpokenError(DialError):
+    """The peer's identify reply lists none of our protocols: it is not a member of any distro run (another
+    libp2p application on the same network), so no stream of ours is opened to it."""
+
+    def __init__(self, target: str, protocol: str) -> None:
+        super().__init__(target, f"does not speak {protocol} (identify lists no /distro/ protocol)")
+        self.protocol = protocol
+
+
 class BootstrapError(TransportError):
     """None of the bootstrap peers could be reached, so the node is alone."""
 

@@ -31,7 +31,14 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from multiaddr import Multiaddr
 
 from .addrs import parse_multiaddr, split_peer_addr, with_peer_id
-from .errors import BadMultiaddrError, BootstrapError, DialError, PeerExchangeError, TransportError
+from .errors import (
+    BadMultiaddrError,
+    BootstrapError,
+    DialError,
+    PeerExchangeError,
+    ProtocolNotSpokenError,
+    TransportError,
+)
 from .identity import peer_id_of
 from .peer_exchange import (
     MAX_PX_ENTRIES,
@@ -82,6 +89,8 @@ class HostConfig:
 
 
 _LOST_BUFFER = 256
+# Every protocol of ours starts with this; every distro node serves peer exchange from before it listens.
+OUR_PROTOCOL_PREFIX = "/distro/"
 
 
 def _prune_closed(network: INetwork) -> None:
@@ -190,6 +199,28 @@ class P2PHost:
     def is_connected(self, peer_id: ID) -> bool:
         return peer_id in self.connected_peers()
 
+    def is_foreign(self, peer_id: ID) -> bool:
+        """True once identify has told us the peer's protocols and none of them is ours.
+
+        Why identify and not trial and error: a peer that does not speak a protocol answers ``na``, and
+        py-libp2p logs every refused negotiation as a multi-line ERROR; a go-libp2p node connected to a
+        daemon made it print one about once a second. Not ``supports this exact protocol``: handlers such as
+        the payload server are registered after the host starts listening and identify is not pushed again
+        then, so an early identify reply of a real member may lack them; but peer exchange is registered
+        before listening, so a member's reply always names at least one /distro/ protocol. Unknown (identify
+        not finished yet) is not foreign.
+        """
+        try:
+            protocols = self._host.get_peerstore().get_protocols(peer_id)
+        except Exception:  # PeerStoreError: nothing known about the peer yet
+            return False
+        return bool(protocols) and not any(str(p).startswith(OUR_PROTOCOL_PREFIX) for p in protocols)
+
+    def member_peers(self) -> set[ID]:
+        """Connected peers that may speak our protocols (members, or not yet identified): whom to ask for
+        peers, payloads and state."""
+        return {p for p in self.connected_peers() if not self.is_foreign(p)}
+
     def is_blocked(self, peer_id: ID) -> bool:
         return peer_id in self._blocked
 
@@ -279,6 +310,8 @@ class P2PHost:
         out again and again (40 s each) while a new connection would have worked at once.
         """
         await self.connect(peer_id)
+        if self.is_foreign(peer_id):
+            raise ProtocolNotSpokenError(str(peer_id), str(protocol))
         try:
             with trio.fail_after(self.config.dial_timeout):
                 return await self._host.new_stream(peer_id, [protocol])
@@ -356,7 +389,7 @@ class P2PHost:
     async def discover(self) -> None:
         """Ask a few connected peers for their peers and dial the new ones, then redial known peers we lost
         whose turn has come (one periodic round; see RedialSchedule for why)."""
-        peers = sorted(self.connected_peers(), key=str)
+        peers = sorted(self.member_peers(), key=str)
         random.shuffle(peers)
         for peer_id in peers[: self.config.px_fanout]:
             await self._exchange_and_dial(peer_id)
@@ -415,7 +448,7 @@ class P2PHost:
 
     def _advertised_peers(self, exclude: ID) -> list[Multiaddr]:
         out = list(self.advertised_addrs())
-        for peer_id in sorted(self.connected_peers(), key=str):
+        for peer_id in sorted(self.member_peers(), key=str):
             if peer_id == exclude or peer_id in self._blocked:
                 continue
             out.extend(with_peer_id(a, peer_id) for a in self.peer_book.addrs(peer_id)[:2])
