@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from typing import Any
 
 from distro_node.compression.payload import Payload, PayloadSpec
 
@@ -51,11 +52,11 @@ class Strategy(ABC):
         operations in the same order and stays bit-identical.
         """
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Optimizer state needed to resume (momentum, error feedback, ...)."""
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
         if state:
             raise ValueError(f"{type(self).__name__} has no state to load")

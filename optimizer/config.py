@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, TypeVar, get_type_hints
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from typing import Any, ClassVar, Protocol, TypeVar, get_type_hints
 
 from distro_node.compression.indices import INDEX_CODECS
 from distro_node.compression.values import VALUE_CODECS
@@ -20,6 +20,13 @@ SCHEDULE_KINDS: tuple[str, ...] = ("constant", "cosine", "wsd")
 UPDATE_RULES: tuple[str, ...] = ("sign", "adam")
 # Names of optimizer/robust.py's AGGREGATORS (listed here so config.py does not import torch code).
 AGGREGATIONS: tuple[str, ...] = ("mean", "clipped")
+
+
+class SettingsDataclass(Protocol):
+    """Any settings dataclass: the one thing ``fields`` and ``asdict`` need, so the helpers below take every
+    config class (and a future one) without naming them."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
 
 def _finite(owner: str, name: str, value: float) -> None:
@@ -261,7 +268,7 @@ class CocktailConfig:
 
 
 StrategyConfig = DistroConfig | AdamWConfig | DilocoConfig | CocktailConfig
-C = TypeVar("C")
+C = TypeVar("C", bound=SettingsDataclass)
 
 
 def config_from_dict(cls: type[C], data: Mapping[str, Any], owner: str | None = None) -> C:
@@ -271,7 +278,7 @@ def config_from_dict(cls: type[C], data: Mapping[str, Any], owner: str | None = 
     if not isinstance(data, Mapping):
         raise ConfigError(owner, f"must be a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
-    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
@@ -286,10 +293,10 @@ def config_from_dict(cls: type[C], data: Mapping[str, Any], owner: str | None = 
     return cls(**kwargs)
 
 
-def config_settings(config: object) -> dict[str, Any]:
+def config_settings(config: SettingsDataclass) -> dict[str, Any]:
     """Flat, JSON-friendly view of a config for ``PayloadSpec.settings`` (the settings digest)."""
     out: dict[str, Any] = {}
-    for key, value in asdict(config).items():  # type: ignore[call-overload]
+    for key, value in asdict(config).items():
         if isinstance(value, dict):
             for sub, sub_value in value.items():
                 out[f"{key}.{sub}"] = sub_value

@@ -13,7 +13,7 @@ import torch
 from distro_node.compression.layout import ModelLayout, model_layout
 from distro_node.compression.payload import PayloadSpec, TensorSpec
 
-from .config import config_settings
+from .config import SettingsDataclass, config_settings
 from .errors import StateError
 
 NamedParams = list[tuple[str, torch.nn.Parameter]]
@@ -37,11 +37,18 @@ def dense_specs(params: NamedParams) -> tuple[TensorSpec, ...]:
     return tuple(TensorSpec(name, 1, p.numel(), p.numel()) for name, p in params)
 
 
-class CodecSettings(Protocol):
-    """What every baseline config carries about its wire encoding."""
+class CodecSettings(SettingsDataclass, Protocol):
+    """What every baseline config carries about its wire encoding.
 
-    index_codec: str
-    value_codec: str
+    Read-only properties, because the configs are frozen dataclasses: a plain attribute here would ask for a
+    settable one.
+    """
+
+    @property
+    def index_codec(self) -> str: ...
+
+    @property
+    def value_codec(self) -> str: ...
 
 
 def flat_payload_spec(

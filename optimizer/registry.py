@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, assert_never
 
 import torch
 
@@ -15,7 +15,7 @@ from .diloco import DiLoCo
 from .distro import DisTrO
 from .errors import ConfigError
 
-STRATEGIES: dict[str, tuple[type[Strategy], type]] = {
+STRATEGIES: dict[str, tuple[type[Strategy], type[StrategyConfig]]] = {
     "distro": (DisTrO, DistroConfig),
     "adamw": (AdamWAllReduce, AdamWConfig),
     "diloco": (DiLoCo, DilocoConfig),
@@ -43,5 +43,25 @@ def build_strategy(
     settings: StrategyConfig | Mapping[str, Any] | None = None,
 ) -> Strategy:
     """E.g. ``build_strategy("distro", model, {"topk": 32, "schedule": {"kind": "cosine", ...}})``."""
-    config = make_config(name, settings)
-    return STRATEGIES[name][0](model, config)  # type: ignore[call-arg]
+    return _construct(model, make_config(name, settings))
+
+
+def _construct(
+    model: torch.nn.Module | Iterable[tuple[str, torch.nn.Parameter]], config: StrategyConfig
+) -> Strategy:
+    """The strategy ``config`` belongs to.
+
+    Chosen by the config's type rather than by calling ``STRATEGIES[name][0]``: each class takes only its own
+    config, a pairing a table of classes cannot state to mypy, and a new config type left out here is a type
+    error (``assert_never``) instead of a wrong call at run time.
+    """
+    match config:
+        case DistroConfig():
+            return DisTrO(model, config)
+        case AdamWConfig():
+            return AdamWAllReduce(model, config)
+        case DilocoConfig():
+            return DiLoCo(model, config)
+        case CocktailConfig():
+            return CocktailSGD(model, config)
+    assert_never(config)

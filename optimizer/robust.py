@@ -13,6 +13,7 @@ directions) is a matter for per-peer scoring (``agreement.py``), not for the agg
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 
@@ -28,7 +29,7 @@ def payload_norm(specs: Sequence[TensorSpec], payload: Payload) -> float:
     for spec in specs:
         values = payload.tensors[spec.name].values
         total += float(values.detach().to("cpu", torch.float64).square().sum())
-    return total**0.5
+    return math.sqrt(total)
 
 
 def clip_factors(norms: Mapping[str, float]) -> dict[str, float]:
