@@ -182,7 +182,7 @@ def _unique_pairs(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     return out
 
 
-def unpack(data: bytes, plan: Plan) -> Any:
+def unpack(data: bytes | bytearray, plan: Plan) -> Any:
     """Parse with every msgpack limit set from the spec; any parser failure becomes ``malformed``.
 
     No valid payload holds an array, a nested map or an ext value, so arrays and ext are refused by the

@@ -213,9 +213,9 @@ def decode(
         raise PayloadError("norm", f"L2 norm of the values {sumsq**0.5:.6g} exceeds {max_value_norm:.6g}")
 
     out: dict[str, SparseTensor] = {}
-    for t, idx, values in zip(plan.tensors, all_indices, all_values, strict=True):
+    for t, maybe_idx, values in zip(plan.tensors, all_indices, all_values, strict=True):
         out[t.name] = SparseTensor(
             values=torch.from_numpy(values.reshape(t.n_chunks, t.k)),
-            indices=None if idx is None else torch.from_numpy(idx),
+            indices=None if maybe_idx is None else torch.from_numpy(maybe_idx),
         )
     return header, Payload(tensors=out, validated_for=spec.fingerprint())
