@@ -14,7 +14,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -108,7 +108,9 @@ def percentile(sorted_values: Sequence[float] | np.ndarray, q: float) -> float:
     return float(sorted_values[min(rank, len(sorted_values)) - 1])
 
 
-def distro_spec(model: torch.nn.Module, **settings: Any) -> PayloadSpec:
+def distro_spec(
+    model: torch.nn.Module | Iterable[tuple[str, torch.nn.Parameter]], **settings: Any
+) -> PayloadSpec:
     """The PayloadSpec the DisTrO optimizer builds for ``model`` with ``settings`` over its defaults.
 
     Goes through the optimizer itself rather than re-deriving chunking and k clamping here, so the benches

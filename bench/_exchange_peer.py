@@ -74,7 +74,7 @@ class Inbox:
                 await resend()
 
 
-async def _round(host: object, gossip: AnnouncementChannel, inbox: Inbox, store: PayloadStore,
+async def _round(host: P2PHost, gossip: AnnouncementChannel, inbox: Inbox, store: PayloadStore,
                  xfer: TransferConfig, step: int, peers: int, size: int) -> float:
     digest = store.put(step, os.urandom(size))
     t0 = time.perf_counter()
@@ -85,7 +85,7 @@ async def _round(host: object, gossip: AnnouncementChannel, inbox: Inbox, store:
     await announce()
 
     async def pull(sender: ID, want: bytes) -> None:
-        await fetch_payload(host, PayloadRequest(RUN, step, want), [sender], store=store,  # type: ignore[arg-type]
+        await fetch_payload(host, PayloadRequest(RUN, step, want), [sender], store=store,
                             config=xfer, expected_size=size)
 
     with trio.fail_after(WAIT_S):

@@ -205,13 +205,12 @@ def run_n5(n: int, log_root: Path, wall: float, partition_s: float = PARTITION_S
         target = heal_step + AFTER_HEAL_STEPS
         converged_at: int | None = None
         deadline = time.monotonic() + min(wall, HEAL_WAIT_S)
+        note: str | None = None
         try:
             for p in every:
                 p.wait_step(target, max(1.0, deadline - time.monotonic()))
         except PeerWaitError as exc:
             note = str(exc)[:300]
-        else:
-            note = None
     by_step = _hashes_by_step(every)
     split = [s for s, h in by_step.items() if len(set(h.values())) > 1]
     for s in sorted(by_step):  # a step decided after the heal (heal_step was the last one before it)

@@ -164,7 +164,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                 ax.bar(x + off, r["step_s"] or 0.0, width, color="tab:green",
                        label="overlapped step" if x == 0 else None)
             ax.hlines(r["bound_s"], x - width, x + width, colors="black", linestyles="--",
-                      label="bound (N-1) x payload / upload" if x == 0 and not r["overlapped"] else None)
+                      label="bound (N-1) x payload / upload" if x == 0 and not r["overlapped"] else "")
     ax.set_xticks(range(len(labels)), [f"{p}\nN={n}" for p, n in labels])
     ax.set_ylabel("seconds per step (median)")
     ax.set_title("full daemons in network namespaces: sequential (split) vs overlapped step")

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from _common import RESULTS_DIR, write_json
@@ -37,7 +38,7 @@ def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure(preset_name: str, peers: int, batch: int, repeats: int, threads: int) -> dict[str, object]:
+def measure(preset_name: str, peers: int, batch: int, repeats: int, threads: int) -> dict[str, Any]:
     torch.set_num_threads(threads)
     cfg = preset(preset_name)
     source = markov_source(0)

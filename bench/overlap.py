@@ -61,7 +61,7 @@ def run_swarm(
             peers.append(PeerProc([*CLI, "join", *joiner, *local], f"peer{i}", log_dir))
         for p in peers:
             left(p)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for p in peers:
             steps = p.steps()
             if sorted(steps) != list(range(args.steps)):

@@ -137,7 +137,7 @@ def _growth(samples: list[dict[str, Any]], names: list[str], start: int,
             flat_mb: float) -> list[dict[str, Any]]:
     """Per peer: RSS at the first sample from round ``start`` vs the last sample, and the fitted slope."""
     window = [s for s in samples if s["round"] >= start]
-    out = []
+    out: list[dict[str, Any]] = []
     for name in names:
         series = [(s["round"], s["rss_mb"][name]) for s in window if s["rss_mb"].get(name) is not None]
         if len(series) < 2:
