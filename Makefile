@@ -3,7 +3,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast typecheck lint bench clean
+
+# mypy is part of `make test` only once protocol/ and node/ pass it: `make test TEST_TYPECHECK=yes` (or
+# changing the default here) switches it on; `make typecheck` runs it on its own meanwhile.
+TEST_TYPECHECK ?= no
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,7 +21,18 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+ifeq ($(TEST_TYPECHECK),yes)
+	$(VENV)/bin/mypy
+endif
 	$(VENV)/bin/pytest -q
+
+# The tests that need no network, no root and no long runs: the quick loop while editing.
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -m "not network and not slow and not root"
+
+# Files, strictness per package and the .typecheck/ link tree are set in pyproject.toml's [tool.mypy].
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

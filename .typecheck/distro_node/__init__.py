@@ -1,0 +1,1 @@
+../../distro_node/__init__.py
