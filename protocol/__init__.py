@@ -1,1 +1,2 @@
-"""libp2p networking: host, announcements, payload streams, rounds, membership. Knows payloads as bytes."""
+"""libp2p networking (host, announcements, payload streams, membership) and, in consensus/, the pure round
+machine it feeds. Knows payloads as bytes."""

@@ -1,7 +1,6 @@
-"""Old home of the per-step round state, kept so the daemon's imports work while node/ is restructured.
+"""Old home of the per-step round state, kept so the daemon's imports work while node/ is restructured."""
 
-# compat: removed once node/ uses consensus
-"""
+# compat: removed once node/ uses consensus (the whole module)
 
 from __future__ import annotations
 

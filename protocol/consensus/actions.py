@@ -45,25 +45,74 @@ class FetchPayload:
     sources: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class PublishInclusionList:
-    """We lead this epoch of the step: sign and gossip the list. The machine already holds it itself."""
-
-    inclusion_list: InclusionList
+Published = Announcement | InclusionList | Vote | Status
 
 
 @dataclass(frozen=True)
-class PublishVote:
-    """Sign and gossip our vote; the machine already counted it."""
+class Publish:
+    """Sign and gossip ``message``: our proposal, our vote or our status for a new epoch (the machine
+    already holds and counted them), or our announcement again because the round stalled and the first copy
+    may have been lost. One action for every message we send, because the driver does the same with each.
+    """
 
-    vote: Vote
+    message: Published
 
 
+# The daemon's driver still matches on the four action types that preceded Publish and reads their old
+# fields; until it matches on Publish, the machine emits these subclasses (through publish()), each one a
+# Publish. Compare actions by type and message, not by ==: Publish(v) != PublishVote(v).
+
+
+# compat: removed once node/ uses consensus
 @dataclass(frozen=True)
-class PublishStatus:
-    """Sign and gossip our status for a new epoch (a promise plus our latest vote)."""
+class PublishInclusionList(Publish):
+    message: InclusionList
 
-    status: Status
+    @property
+    def inclusion_list(self) -> InclusionList:
+        return self.message
+
+
+# compat: removed once node/ uses consensus
+@dataclass(frozen=True)
+class PublishVote(Publish):
+    message: Vote
+
+    @property
+    def vote(self) -> Vote:
+        return self.message
+
+
+# compat: removed once node/ uses consensus
+@dataclass(frozen=True)
+class PublishStatus(Publish):
+    message: Status
+
+    @property
+    def status(self) -> Status:
+        return self.message
+
+
+# compat: removed once node/ uses consensus
+@dataclass(frozen=True)
+class Reannounce(Publish):
+    message: Announcement
+
+    @property
+    def announcement(self) -> Announcement:
+        return self.message
+
+
+# compat: removed once node/ uses consensus (then the rules emit Publish(message) themselves)
+def publish(message: Published) -> Publish:
+    """The :class:`Publish` for ``message``, as the old action type the daemon's driver matches on."""
+    if isinstance(message, InclusionList):
+        return PublishInclusionList(message)
+    if isinstance(message, Vote):
+        return PublishVote(message)
+    if isinstance(message, Status):
+        return PublishStatus(message)
+    return Reannounce(message)
 
 
 @dataclass(frozen=True)
@@ -77,13 +126,6 @@ class ApplyInclusionList:
     step: int
     inclusion_list: InclusionList
     majority_weights_hash: bytes | None
-
-
-@dataclass(frozen=True)
-class Reannounce:
-    """Publish our announcement again: the round stalled and the first copy may have been lost."""
-
-    announcement: Announcement
 
 
 @dataclass(frozen=True)
@@ -150,11 +192,8 @@ class RoundStalled:
 
 Action = (
     FetchPayload
-    | PublishInclusionList
-    | PublishVote
-    | PublishStatus
+    | Publish
     | ApplyInclusionList
-    | Reannounce
     | PeerMissed
     | MembershipChanged
     | Penalize

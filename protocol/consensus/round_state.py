@@ -1,6 +1,6 @@
 """Per-step bookkeeping of the round state machine, and the pure rules that read it.
 
-Nothing here knows about time sources, the network or other steps: :mod:`.rounds` drives it. Keeping the
+Nothing here knows about time sources, the network or other steps: :mod:`.machine` drives it. Keeping the
 epoch arithmetic and the list-building rule as pure functions makes them easy to test and to reason about.
 """
 

@@ -19,20 +19,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from distro_node.protocol.membership import Roster, SyncState
-from distro_node.protocol.messages import Announcement, Goodbye, Heartbeat, InclusionList, Status, Vote
-from distro_node.protocol.round_actions import (
+from distro_node.protocol.consensus.actions import (
     Action,
     ApplyInclusionList,
     FetchPayload,
-    PublishInclusionList,
-    PublishStatus,
-    PublishVote,
-    Reannounce,
+    Publish,
     ResyncNeeded,
 )
-from distro_node.protocol.round_config import RoundConfig
-from distro_node.protocol.rounds import RoundMachine
+from distro_node.protocol.consensus.config import RoundConfig
+from distro_node.protocol.consensus.machine import RoundMachine
+from distro_node.protocol.membership import Roster, SyncState
+from distro_node.protocol.messages import Announcement, Goodbye, InclusionList, Status, Vote
 
 RUN_ID = hashlib.sha256(b"distro-node test run").digest()
 GENESIS_WEIGHTS = hashlib.sha256(b"genesis weights").digest()
@@ -208,24 +205,13 @@ class Swarm:
     def _deliver(self, src: Replica, dst: Replica, msg: Any) -> None:
         if not dst.alive or not self.linked(src.peer_id, dst.peer_id):
             return
-        m = dst.machine
-        if isinstance(msg, Announcement):
-            self._handle(dst, m.on_announcement(msg, self.now))
-        elif isinstance(msg, InclusionList | Vote | Status):
-            first = msg not in dst.seen
+        flooded = isinstance(msg, InclusionList | Vote | Status)
+        first = flooded and msg not in dst.seen
+        if flooded:
             dst.seen.add(msg)
-            if isinstance(msg, InclusionList):
-                self._handle(dst, m.on_inclusion_list(msg, self.now))
-            elif isinstance(msg, Vote):
-                self._handle(dst, m.on_vote(msg, self.now))
-            else:
-                self._handle(dst, m.on_status(msg, self.now))
-            if first and dst.alive:
-                self._broadcast(dst, msg)  # gossip forwarding
-        elif isinstance(msg, Heartbeat):
-            self._handle(dst, m.on_heartbeat(msg, self.now))
-        elif isinstance(msg, Goodbye):
-            self._handle(dst, m.on_goodbye(msg, self.now))
+        self._handle(dst, dst.machine.on_message(msg, self.now))
+        if first and dst.alive:
+            self._broadcast(dst, msg)  # gossip forwarding
 
     def _fetch(self, r: Replica, a: FetchPayload) -> None:
         key = (a.peer_id, a.payload_hash)
@@ -302,20 +288,17 @@ class Swarm:
             r.actions.append((self.now, a))
             if isinstance(a, FetchPayload):
                 self._fetch(r, a)
-            elif isinstance(a, PublishInclusionList):
-                step = a.inclusion_list.step
-                only = r.crash_on_publish.get(step)
-                r.seen.add(a.inclusion_list)
-                self._broadcast(r, a.inclusion_list, only=only)
+            elif isinstance(a, Publish) and isinstance(a.message, InclusionList):
+                only = r.crash_on_publish.get(a.message.step)
+                r.seen.add(a.message)
+                self._broadcast(r, a.message, only=only)
                 if only is not None:
                     r.alive = False
                     return
-            elif isinstance(a, PublishVote | PublishStatus):
-                msg = a.vote if isinstance(a, PublishVote) else a.status
-                r.seen.add(msg)
-                self._broadcast(r, msg)
-            elif isinstance(a, Reannounce):
-                self._broadcast(r, a.announcement)
+            elif isinstance(a, Publish):
+                if not isinstance(a.message, Announcement):  # announcements are sent once, not flooded
+                    r.seen.add(a.message)
+                self._broadcast(r, a.message)
             elif isinstance(a, ApplyInclusionList):
                 r.applied[a.step] = a.inclusion_list.digest()
                 r.applied_lists[a.step] = a.inclusion_list

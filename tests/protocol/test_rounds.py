@@ -5,32 +5,31 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+from typing import TypeVar
 
 import pytest
-from distro_node.protocol.leader_rank import leader_order
-from distro_node.protocol.membership import Roster, SyncState
-from distro_node.protocol.messages import Announcement, Goodbye, Heartbeat, InclusionList, Status, Vote
-from distro_node.protocol.round_actions import (
+from distro_node.protocol.consensus.actions import (
     ApplyInclusionList,
     FetchPayload,
     ListConflict,
     MembershipChanged,
     PeerMissed,
     Penalize,
-    PublishInclusionList,
-    PublishStatus,
-    PublishVote,
-    Reannounce,
+    Publish,
     ResyncNeeded,
     RoundStalled,
 )
-from distro_node.protocol.round_state import epoch_since, epoch_start
-from distro_node.protocol.rounds import RoundInputError, RoundMachine
+from distro_node.protocol.consensus.leader_rank import leader_order
+from distro_node.protocol.consensus.machine import RoundInputError, RoundMachine
+from distro_node.protocol.consensus.round_state import epoch_since, epoch_start
+from distro_node.protocol.membership import Roster, SyncState
+from distro_node.protocol.messages import Announcement, Goodbye, Heartbeat, InclusionList, Status, Vote
 from protocol_swarm_sim import GENESIS_WEIGHTS, RUN_ID, Swarm, payload_hash, test_config
 
 PEERS = ("a", "b", "c", "d")
 # Seeds per randomized swarm test; raise it for a soak run (each seed takes well under a second).
 SIM_SEEDS = int(os.environ.get("DISTRO_PROTOCOL_SIM_SEEDS", "16"))
+M = TypeVar("M")
 
 
 def ann(
@@ -54,13 +53,18 @@ def feed_all(m: RoundMachine, step: int, now: float, peers: tuple[str, ...] = PE
         if p == m.self_id:
             out += m.on_local_announcement(ann(p, step), now)
         else:
-            out += m.on_announcement(ann(p, step), now)
+            out += m.on_message(ann(p, step), now)
             out += m.on_payload_validated(step, p, payload_hash(p, step), now)
     return out
 
 
 def of(actions: list[object], kind: type) -> list:
     return [a for a in actions if isinstance(a, kind)]
+
+
+def published(actions: list[object], kind: type[M]) -> list[M]:
+    """The messages of ``kind`` the machine asked to publish, in order."""
+    return [a.message for a in actions if isinstance(a, Publish) and isinstance(a.message, kind)]
 
 
 # ---------------------------------------------------------------------------- single machine, by hand
@@ -79,7 +83,7 @@ def proposal(step: int, epoch: int, peers: tuple[str, ...] | list[str], **kw: ob
 def votes_from(m: RoundMachine, lst: InclusionList, voters: tuple[str, ...] | list[str], now: float) -> list:
     out: list = []
     for v in voters:
-        out += m.on_vote(Vote(RUN_ID, lst.step, lst.epoch, v, lst.digest()), now)
+        out += m.on_message(Vote(RUN_ID, lst.step, lst.epoch, v, lst.digest()), now)
     return out
 
 
@@ -87,9 +91,9 @@ def test_leader_proposes_as_soon_as_everybody_is_in_and_decides_on_majority_vote
     order = leader_order(RUN_ID, 0, PEERS)
     m = machine(order[0])
     out = feed_all(m, 0, now=0.1)
-    lst = of(out, PublishInclusionList)[0].inclusion_list
+    lst = published(out, InclusionList)[0]
     assert lst.peers == PEERS and lst.leader == order[0] and lst.epoch == 0
-    assert [v.vote.digest for v in of(out, PublishVote)] == [lst.digest()]
+    assert [v.digest for v in published(out, Vote)] == [lst.digest()]
     assert m.next_step == 0  # our own vote is not a majority of 4
     out = votes_from(m, lst, [order[1]], 0.2)
     assert m.next_step == 0 and not of(out, ApplyInclusionList)
@@ -103,13 +107,13 @@ def test_follower_votes_then_fetches_every_listed_payload() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     leader, other = order[0], order[1]
     m = machine(order[3])
-    out = m.on_announcement(ann(other, 0), 0.0)
+    out = m.on_message(ann(other, 0), 0.0)
     assert [(f.peer_id, f.payload_hash, f.sources) for f in of(out, FetchPayload)] == [
         (other, payload_hash(other, 0), (other,))
     ]
     lst = proposal(0, 0, [other, leader, order[2]])
-    out = m.on_inclusion_list(lst, 0.2)
-    assert [v.vote for v in of(out, PublishVote)] == [Vote(RUN_ID, 0, 0, m.self_id, lst.digest())]
+    out = m.on_message(lst, 0.2)
+    assert published(out, Vote) == [Vote(RUN_ID, 0, 0, m.self_id, lst.digest())]
     out = votes_from(m, lst, [leader, other], 0.3)
     assert m.next_step == 1 and m.next_apply_step == 0
     # The list names payloads we never saw announced: fetch them from their owner and the leader.
@@ -122,16 +126,16 @@ def test_follower_votes_then_fetches_every_listed_payload() -> None:
 
 def test_stale_and_far_future_announcements_are_ignored_and_counted() -> None:
     m = machine("a", step=10)
-    assert m.on_announcement(ann("b", 3), 1.0) == []
-    assert m.on_announcement(ann("b", 9), 1.0) == []
+    assert m.on_message(ann("b", 3), 1.0) == []
+    assert m.on_message(ann("b", 9), 1.0) == []
     assert m.counters["stale_step"] == 2
-    assert m.on_announcement(ann("b", 13), 1.0) == []  # max_future_steps = 2
+    assert m.on_message(ann("b", 13), 1.0) == []  # max_future_steps = 2
     assert m.counters["future_step"] == 1
-    out = m.on_announcement(ann("b", 12), 1.0)
+    out = m.on_message(ann("b", 12), 1.0)
     assert of(out, FetchPayload)  # inside the window: kept and fetched
     # A replayed old proposal and old votes (W3) never create state for old steps.
     old = proposal(2, 0, PEERS)
-    assert m.on_inclusion_list(old, 1.0) == [] and votes_from(m, old, PEERS, 1.0) == []
+    assert m.on_message(old, 1.0) == [] and votes_from(m, old, PEERS, 1.0) == []
     assert m.decided_list(2) is None and m.next_apply_step == 10
 
 
@@ -139,10 +143,10 @@ def test_wrong_run_and_oversize_are_rejected() -> None:
     m = machine("a")
     other_run = hashlib.sha256(b"other").digest()
     foreign = Announcement(other_run, 0, "b", payload_hash("b", 0), 10, GENESIS_WEIGHTS)
-    assert m.on_announcement(foreign, 0) == []
-    assert m.on_vote(Vote(other_run, 0, 0, "b", payload_hash("b", 0)), 0) == []
+    assert m.on_message(foreign, 0) == []
+    assert m.on_message(Vote(other_run, 0, 0, "b", payload_hash("b", 0)), 0) == []
     assert m.counters["wrong_run"] == 2
-    out = m.on_announcement(ann("b", 0, size=(64 << 20) + 1), 0)
+    out = m.on_message(ann("b", 0, size=(64 << 20) + 1), 0)
     assert of(out, Penalize) == [Penalize("b", 0, "oversize")]
 
 
@@ -150,13 +154,13 @@ def test_equivocation_is_penalised_once_and_the_peer_excluded() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     cheat = order[3]
     m = machine(order[0])
-    out = m.on_announcement(ann(cheat, 0, variant=0), 0.1)
-    out += m.on_announcement(ann(cheat, 0, variant=1), 0.1)
-    out += m.on_announcement(ann(cheat, 0, variant=2), 0.1)
+    out = m.on_message(ann(cheat, 0, variant=0), 0.1)
+    out += m.on_message(ann(cheat, 0, variant=1), 0.1)
+    out += m.on_message(ann(cheat, 0, variant=2), 0.1)
     assert of(out, Penalize) == [Penalize(cheat, 0, "equivocation")]
     assert m.counters["equivocation"] == 2
     out = feed_all(m, 0, 0.2, tuple(p for p in PEERS if p != cheat))
-    lst = of(out, PublishInclusionList)[0].inclusion_list  # closes early: an equivocator is not waited for
+    lst = published(out, InclusionList)[0]  # closes early: an equivocator is not waited for
     assert cheat not in lst.peers and len(lst.peers) == 3
 
 
@@ -164,12 +168,12 @@ def test_list_with_one_of_two_equivocated_payloads_is_applied_with_that_one() ->
     order = leader_order(RUN_ID, 0, PEERS)
     cheat, me = order[3], order[2]
     m = machine(me)
-    m.on_announcement(ann(cheat, 0, 0), 0.0)
-    m.on_announcement(ann(cheat, 0, 1), 0.0)
+    m.on_message(ann(cheat, 0, 0), 0.0)
+    m.on_message(ann(cheat, 0, 1), 0.0)
     # The leader only saw variant 1: its list is valid and names at most one of the payloads.
     entries = tuple(sorted((p, payload_hash(p, 0, 1 if p == cheat else 0)) for p in PEERS))
     lst = InclusionList(RUN_ID, 0, 0, order[0], entries)
-    out = m.on_inclusion_list(lst, 0.1) + votes_from(m, lst, order[:2], 0.1)
+    out = m.on_message(lst, 0.1) + votes_from(m, lst, order[:2], 0.1)
     assert m.next_step == 1
     assert (cheat, payload_hash(cheat, 0, 1)) in {(f.peer_id, f.payload_hash) for f in of(out, FetchPayload)}
 
@@ -178,12 +182,12 @@ def test_only_the_designated_leader_of_an_epoch_may_propose() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     m = machine(order[3])
     feed_all(m, 0, 0.0)
-    out = m.on_inclusion_list(proposal(0, 0, PEERS, leader=order[1]), 0.1)
-    assert of(out, Penalize) == [Penalize(order[1], 0, "invalid_list")] and not of(out, PublishVote)
-    out = m.on_inclusion_list(InclusionList(RUN_ID, 0, 0, "stranger", entries_for(0, PEERS)), 0.1)
+    out = m.on_message(proposal(0, 0, PEERS, leader=order[1]), 0.1)
+    assert of(out, Penalize) == [Penalize(order[1], 0, "invalid_list")] and not published(out, Vote)
+    out = m.on_message(InclusionList(RUN_ID, 0, 0, "stranger", entries_for(0, PEERS)), 0.1)
     assert Penalize("stranger", 0, "invalid_list") in out
     bad = InclusionList(RUN_ID, 0, 0, order[0], (*entries_for(0, PEERS), ("zz", payload_hash("zz", 0))))
-    assert Penalize(order[0], 0, "invalid_list") in m.on_inclusion_list(bad, 0.1)
+    assert Penalize(order[0], 0, "invalid_list") in m.on_message(bad, 0.1)
     assert m.next_step == 0 and m.counters["invalid_list"] == 3
 
 
@@ -192,16 +196,16 @@ def test_epoch_change_reports_vote_and_next_leader_reproposes_the_voted_list() -
     m = machine(order[1])  # leads epoch 1
     feed_all(m, 0, 0.0)
     first = proposal(0, 0, order[:3])
-    out = m.on_inclusion_list(first, 0.1)
-    assert [v.vote.epoch for v in of(out, PublishVote)] == [0]
+    out = m.on_message(first, 0.1)
+    assert [v.epoch for v in published(out, Vote)] == [0]
     out = m.on_tick(3.0)  # collect deadline 2.0 + epoch 0's extra leader timeout 1.0: epoch 1
-    assert [st.status for st in of(out, PublishStatus)] == [
+    assert published(out, Status) == [
         Status(RUN_ID, 0, 1, order[1], 0, first.digest())
     ]
-    assert not of(out, PublishInclusionList)  # a majority of statuses is needed first
-    out = m.on_status(Status(RUN_ID, 0, 1, order[2], -1, None), 3.1)
-    out += m.on_status(Status(RUN_ID, 0, 1, order[3], -1, None), 3.1)
-    again = of(out, PublishInclusionList)[0].inclusion_list
+    assert not published(out, InclusionList)  # a majority of statuses is needed first
+    out = m.on_message(Status(RUN_ID, 0, 1, order[2], -1, None), 3.1)
+    out += m.on_message(Status(RUN_ID, 0, 1, order[3], -1, None), 3.1)
+    again = published(out, InclusionList)[0]
     # Our own list would include all four payloads, but the voted one must survive the leader change.
     assert again.digest() == first.digest() and (again.epoch, again.leader) == (1, order[1])
 
@@ -213,8 +217,8 @@ def test_new_leader_builds_its_own_list_when_nobody_voted() -> None:
     m.on_tick(3.0)
     out = []
     for p in (order[2], order[3]):
-        out += m.on_status(Status(RUN_ID, 0, 1, p, -1, None), 3.1)
-    lst = of(out, PublishInclusionList)[0].inclusion_list
+        out += m.on_message(Status(RUN_ID, 0, 1, p, -1, None), 3.1)
+    lst = published(out, InclusionList)[0]
     assert lst.peers == PEERS and lst.epoch == 1
     out = votes_from(m, lst, order[2:], 3.2)
     assert of(out, ApplyInclusionList)[0].inclusion_list.digest() == lst.digest()
@@ -226,17 +230,17 @@ def test_no_vote_for_an_epoch_already_promised_away() -> None:
     m = machine(order[3], liveness_timeout=30.0)
     feed_all(m, 0, 0.0)
     m.on_tick(3.0)  # entered epoch 1
-    out = m.on_inclusion_list(proposal(0, 0, PEERS), 3.1)  # epoch 0's proposal, too late
-    assert not of(out, PublishVote)
-    out = m.on_inclusion_list(proposal(0, 1, PEERS), 3.2)
-    assert [v.vote.epoch for v in of(out, PublishVote)] == [1]
+    out = m.on_message(proposal(0, 0, PEERS), 3.1)  # epoch 0's proposal, too late
+    assert not published(out, Vote)
+    out = m.on_message(proposal(0, 1, PEERS), 3.2)
+    assert [v.epoch for v in published(out, Vote)] == [1]
 
 
 def test_votes_from_different_epochs_do_not_add_up() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     m = machine(order[3])
     lst0, lst1 = proposal(0, 0, PEERS), proposal(0, 1, PEERS)
-    m.on_inclusion_list(lst0, 0.0)
+    m.on_message(lst0, 0.0)
     votes_from(m, lst0, [order[0]], 0.1)  # with our own vote: 2 of 4 in epoch 0
     votes_from(m, lst1, [order[1]], 0.1)  # same list, but epoch 1
     assert m.next_step == 0 and m.counters["votes_cast"] == 1
@@ -249,16 +253,16 @@ def test_decided_peer_answers_a_laggard_with_its_vote_and_reproposes_when_it_lea
     m = machine(order[3])  # designated leader of epochs 3, 7, ...
     feed_all(m, 0, 0.0)
     lst = proposal(0, 0, PEERS)
-    m.on_inclusion_list(lst, 0.1)
+    m.on_message(lst, 0.1)
     votes_from(m, lst, order[:2], 0.1)
     assert m.decided_list(0) == lst
-    out = m.on_status(Status(RUN_ID, 0, 2, order[2], -1, None), 9.0)
-    assert [a.status for a in of(out, PublishStatus)] == [Status(RUN_ID, 0, 2, order[3], 0, lst.digest())]
-    assert not of(out, PublishInclusionList)  # epoch 2 is not ours
-    out = m.on_status(Status(RUN_ID, 0, 3, order[2], -1, None), 10.0)
-    again = of(out, PublishInclusionList)[0].inclusion_list
+    out = m.on_message(Status(RUN_ID, 0, 2, order[2], -1, None), 9.0)
+    assert published(out, Status) == [Status(RUN_ID, 0, 2, order[3], 0, lst.digest())]
+    assert not published(out, InclusionList)  # epoch 2 is not ours
+    out = m.on_message(Status(RUN_ID, 0, 3, order[2], -1, None), 10.0)
+    again = published(out, InclusionList)[0]
     assert again.digest() == lst.digest() and again.epoch == 3
-    assert m.on_status(Status(RUN_ID, 0, 3, order[1], -1, None), 10.0) == []  # once per epoch
+    assert m.on_message(Status(RUN_ID, 0, 3, order[1], -1, None), 10.0) == []  # once per epoch
 
 
 def test_later_proposal_of_a_different_list_is_a_conflict() -> None:
@@ -266,24 +270,24 @@ def test_later_proposal_of_a_different_list_is_a_conflict() -> None:
     m = machine(order[3])
     feed_all(m, 0, 0.0)
     lst = proposal(0, 0, PEERS)
-    m.on_inclusion_list(lst, 0.1)
+    m.on_message(lst, 0.1)
     votes_from(m, lst, order[:2], 0.1)
     assert m.decided_list(0) == lst
     other = proposal(0, 2, order[:3])
-    out = m.on_inclusion_list(other, 5.0)
+    out = m.on_message(other, 5.0)
     conflict = of(out, ListConflict)
     assert len(conflict) == 1 and conflict[0].kind == "later_proposal"
     assert conflict[0].evidence_from == order[2]
     assert of(out, ResyncNeeded) == [ResyncNeeded(0, "conflict", None)]
     # An older epoch's losing proposal is not evidence of anything.
-    assert not of(m.on_inclusion_list(proposal(0, 0, order[:3], leader=order[0]), 5.1), ListConflict)
+    assert not of(m.on_message(proposal(0, 0, order[:3], leader=order[0]), 5.1), ListConflict)
 
 
 def test_one_leader_two_lists_in_one_epoch_is_penalised() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     m = machine(order[3])
-    m.on_inclusion_list(proposal(0, 0, PEERS), 0.1)
-    out = m.on_inclusion_list(proposal(0, 0, order[:3]), 0.1)
+    m.on_message(proposal(0, 0, PEERS), 0.1)
+    out = m.on_message(proposal(0, 0, order[:3]), 0.1)
     assert out == [Penalize(order[0], 0, "list_equivocation")]
 
 
@@ -294,7 +298,7 @@ def test_two_votes_in_one_epoch_are_penalised_and_only_the_first_counts() -> Non
     votes_from(m, a, [order[1]], 0.1)
     out = votes_from(m, b, [order[1]], 0.1)
     assert out == [Penalize(order[1], 0, "vote_equivocation")]
-    m.on_inclusion_list(b, 0.2)  # we vote for b: with order[1]'s second vote it would look like 2 of 4
+    m.on_message(b, 0.2)  # we vote for b: with order[1]'s second vote it would look like 2 of 4
     votes_from(m, b, [order[0]], 0.2)
     assert m.decided_list(0) is None  # 3 "votes" for b, but only 2 count
     votes_from(m, b, [order[2]], 0.3)
@@ -304,8 +308,8 @@ def test_two_votes_in_one_epoch_are_penalised_and_only_the_first_counts() -> Non
 def test_list_below_quorum_gets_no_vote() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     m = machine(order[3])
-    out = m.on_inclusion_list(proposal(0, 0, order[:2]), 0.1)
-    assert not of(out, PublishVote) and m.counters["below_quorum_list"] >= 1
+    out = m.on_message(proposal(0, 0, order[:2]), 0.1)
+    assert not published(out, Vote) and m.counters["below_quorum_list"] >= 1
 
 
 def test_leader_without_quorum_does_not_propose_and_the_round_stalls() -> None:
@@ -313,14 +317,14 @@ def test_leader_without_quorum_does_not_propose_and_the_round_stalls() -> None:
     m = machine(order[0])
     out = feed_all(m, 0, 0.0, (order[0], order[1]))
     out += m.on_tick(2.1)
-    assert not of(out, PublishInclusionList)
+    assert not published(out, InclusionList)
     # Epoch 1 starts at collect deadline + leader timeout (3.0); epochs 1, 2, 3 last 1, 2 and 3 timeouts.
     assert of(m.on_tick(8.99), RoundStalled) == []
     out = m.on_tick(3.0 + (1 + 2 + 3) * 1.0 + 0.01)  # every leader had its epoch
     assert of(out, RoundStalled) == [RoundStalled(0)]
-    assert [r.announcement for r in of(out, Reannounce)] == [ann(order[0], 0)]
-    assert of(m.on_tick(9.1), Reannounce) == []  # rate limited
-    assert len(of(m.on_tick(10.1), Reannounce)) == 1
+    assert published(out, Announcement) == [ann(order[0], 0)]
+    assert published(m.on_tick(9.1), Announcement) == []  # rate limited
+    assert len(published(m.on_tick(10.1), Announcement)) == 1
 
 
 def test_goodbye_of_the_last_missing_peer_closes_the_round_at_once() -> None:
@@ -328,9 +332,9 @@ def test_goodbye_of_the_last_missing_peer_closes_the_round_at_once() -> None:
     leaver = order[3]
     m = machine(order[0])
     out = feed_all(m, 0, 0.1, order[:3])
-    assert not of(out, PublishInclusionList)
-    out = m.on_goodbye(Goodbye(RUN_ID, leaver, 0), 0.2)
-    lst = of(out, PublishInclusionList)[0].inclusion_list
+    assert not published(out, InclusionList)
+    out = m.on_message(Goodbye(RUN_ID, leaver, 0), 0.2)
+    lst = published(out, InclusionList)[0]
     assert lst.departed == (leaver,) and leaver not in lst.peers
     out = votes_from(m, lst, [order[1]], 0.3)  # 2 of the 3 peers still voting decide
     assert MembershipChanged(0, leaver, "left") in out and leaver not in m.roster
@@ -343,10 +347,10 @@ def test_weights_divergence_requests_resync_with_the_majority_hash() -> None:
     mine = hashlib.sha256(b"diverged").digest()
     m.on_local_announcement(ann(me, 0, weights=mine), 0.0)
     for p in order[:3]:
-        m.on_announcement(ann(p, 0), 0.0)
+        m.on_message(ann(p, 0), 0.0)
         m.on_payload_validated(0, p, payload_hash(p, 0), 0.0)
     lst = proposal(0, 0, order[:3])
-    out = m.on_inclusion_list(lst, 0.1) + votes_from(m, lst, order[:2], 0.1)
+    out = m.on_message(lst, 0.1) + votes_from(m, lst, order[:2], 0.1)
     assert of(out, ApplyInclusionList)[0].majority_weights_hash == GENESIS_WEIGHTS
     assert of(out, ResyncNeeded) == [ResyncNeeded(0, "weights_diverged", GENESIS_WEIGHTS)]
 
@@ -355,9 +359,9 @@ def test_behind_majority_requests_resync() -> None:
     m = machine("a")
     out = []
     for p in ("b", "c"):
-        out += m.on_heartbeat(Heartbeat(RUN_ID, p, 7, GENESIS_WEIGHTS), 1.0)
+        out += m.on_message(Heartbeat(RUN_ID, p, 7, GENESIS_WEIGHTS), 1.0)
     assert of(out, ResyncNeeded) == []  # 2 of 4 is not a majority
-    out = m.on_heartbeat(Heartbeat(RUN_ID, "d", 7, GENESIS_WEIGHTS), 1.0)
+    out = m.on_message(Heartbeat(RUN_ID, "d", 7, GENESIS_WEIGHTS), 1.0)
     assert of(out, ResyncNeeded) == [ResyncNeeded(0, "behind", None)]
     out = m.restore(SyncState(7, Roster.genesis(PEERS)), 2.0)
     assert m.next_step == 7 and not of(out, ResyncNeeded)
@@ -378,16 +382,16 @@ def test_memory_stays_bounded_under_a_flood() -> None:
     rng = random.Random(7)
     for i in range(3000):
         peer, step, now = f"sybil{i}", rng.randrange(0, 3), 0.001 * i
-        m.on_announcement(ann(peer, step), now)
-        m.on_heartbeat(Heartbeat(RUN_ID, peer, rng.randrange(0, 50), GENESIS_WEIGHTS), now)
-        m.on_vote(Vote(RUN_ID, step, rng.randrange(0, 99), peer, payload_hash(peer, step)), now)
-        m.on_status(Status(RUN_ID, step, 5, peer, 1, payload_hash(peer, step)), now)
-        m.on_inclusion_list(proposal(step, rng.randrange(0, 1000), PEERS, leader=peer), now)
+        m.on_message(ann(peer, step), now)
+        m.on_message(Heartbeat(RUN_ID, peer, rng.randrange(0, 50), GENESIS_WEIGHTS), now)
+        m.on_message(Vote(RUN_ID, step, rng.randrange(0, 99), peer, payload_hash(peer, step)), now)
+        m.on_message(Status(RUN_ID, step, 5, peer, 1, payload_hash(peer, step)), now)
+        m.on_message(proposal(step, rng.randrange(0, 1000), PEERS, leader=peer), now)
     assert len(m.liveness) <= 300
-    for r in m._rounds.values():
+    for r in m._window.rounds.values():
         assert max(len(r.announcements), len(r.votes), len(r.statuses)) <= 50
         assert len(r.proposals) <= 4 and len(r.contents) <= 4
-    assert len(m._rounds) <= 3
+    assert len(m._window.rounds) <= 3
     assert all(p in m.roster for p in PEERS)  # roster peers are never evicted from tracking
     assert m.counters["announcement_cap"] > 0 and m.counters["vote_cap"] > 0
 
@@ -397,8 +401,8 @@ def test_decided_history_is_pruned() -> None:
     for step in range(20):
         feed_all(m, step, float(step), ("a",))
     assert m.next_apply_step == 20
-    assert sorted(m._rounds) == [17, 18, 19]
-    assert len(m._rosters) <= 4
+    assert sorted(m._window.rounds) == [17, 18, 19]
+    assert len(m._window.rosters) <= 4
 
 
 # ---------------------------------------------------------------------------- swarm scenarios

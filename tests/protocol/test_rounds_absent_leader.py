@@ -6,37 +6,32 @@ majority-vote safety (no two replicas ever apply different lists).
 
 from __future__ import annotations
 
-from distro_node.protocol.leader_rank import leader_order
+from distro_node.protocol.consensus.actions import ApplyInclusionList
+from distro_node.protocol.consensus.leader_rank import leader_order
+from distro_node.protocol.consensus.machine import RoundMachine
 from distro_node.protocol.membership import Roster, SyncState
-from distro_node.protocol.messages import Goodbye, Heartbeat, Status, Vote
-from distro_node.protocol.round_actions import (
-    ApplyInclusionList,
-    PublishInclusionList,
-    PublishStatus,
-    PublishVote,
-)
-from distro_node.protocol.rounds import RoundMachine
+from distro_node.protocol.messages import Goodbye, Heartbeat, InclusionList, Status, Vote
 from protocol_swarm_sim import GENESIS_WEIGHTS, RUN_ID, Swarm, test_config
-from test_rounds import PEERS, ann, feed_all, machine, of, proposal, votes_from
+from test_rounds import PEERS, ann, feed_all, machine, of, proposal, published, votes_from
 
 
 def statuses(actions: list[object]) -> list[Status]:
-    return [a.status for a in of(actions, PublishStatus)]
+    return published(actions, Status)
 
 
 def test_goodbye_of_the_epoch0_leader_hands_the_step_to_the_next_leader_at_once() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     m = machine(order[1])  # leads epoch 1
-    m.on_goodbye(Goodbye(RUN_ID, order[0], 0), 0.05)
+    m.on_message(Goodbye(RUN_ID, order[0], 0), 0.05)
     out = feed_all(m, 0, 0.1, order[1:])
     # Everyone still here is in: epoch 0 is over for its absent leader, long before the 2 s collect deadline.
     assert [(st.epoch, st.voted_digest) for st in statuses(out)] == [(1, None)]
-    out = m.on_status(Status(RUN_ID, 0, 1, order[2], -1, None), 0.2)
-    lst = of(out, PublishInclusionList)[0].inclusion_list
+    out = m.on_message(Status(RUN_ID, 0, 1, order[2], -1, None), 0.2)
+    lst = published(out, InclusionList)[0]
     assert (lst.epoch, lst.leader, lst.departed) == (1, order[1], (order[0],))
     assert lst.peers == tuple(sorted(order[1:]))
     # A late epoch-0 list from the leaver can no longer win a vote here: we promised epoch 1 away.
-    assert not of(m.on_inclusion_list(proposal(0, 0, PEERS), 0.25), PublishVote)
+    assert not published(m.on_message(proposal(0, 0, PEERS), 0.25), Vote)
     out = votes_from(m, lst, [order[2]], 0.3)  # 2 of the 3 peers still voting decide
     assert [a.step for a in of(out, ApplyInclusionList)] == [0] and m.next_step == 1
 
@@ -44,10 +39,10 @@ def test_goodbye_of_the_epoch0_leader_hands_the_step_to_the_next_leader_at_once(
 def test_epoch0_is_not_left_before_collection_is_over() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     m = machine(order[2])
-    m.on_goodbye(Goodbye(RUN_ID, order[0], 0), 0.0)
+    m.on_message(Goodbye(RUN_ID, order[0], 0), 0.0)
     out = feed_all(m, 0, 0.1, order[1:3])
     assert statuses(out) == []  # order[3] is alive and its payload is still missing
-    out = m.on_announcement(ann(order[3], 0), 0.5)
+    out = m.on_message(ann(order[3], 0), 0.5)
     out += m.on_payload_validated(0, order[3], ann(order[3], 0).payload_hash, 0.5)
     assert [st.epoch for st in statuses(out)] == [1]
 
@@ -60,7 +55,7 @@ def test_silent_leader_counts_as_dead_after_the_liveness_timeout() -> None:
     assert statuses(out) == []
     assert m.next_wakeup() == 1.0  # when the silent leader would count as dead
     for p in order[1:]:
-        m.on_heartbeat(Heartbeat(RUN_ID, p, 0, GENESIS_WEIGHTS), 0.9)
+        m.on_message(Heartbeat(RUN_ID, p, 0, GENESIS_WEIGHTS), 0.9)
     out = m.on_tick(1.2)
     assert [st.epoch for st in statuses(out)] == [1]  # not 3.0 (collect deadline + leader timeout)
 
@@ -71,11 +66,11 @@ def test_silence_of_most_peers_at_once_is_not_taken_as_their_death() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     m = machine(order[1], liveness_timeout=1.0)
     feed_all(m, 0, 0.0)
-    m.on_heartbeat(Heartbeat(RUN_ID, order[3], 0, GENESIS_WEIGHTS), 0.5)
+    m.on_message(Heartbeat(RUN_ID, order[3], 0, GENESIS_WEIGHTS), 0.5)
     assert statuses(m.on_tick(2.0)) == []  # only we and order[3] were heard within 1 s: 2 of 4
     out: list[object] = []
     for p in order[2:]:
-        out += m.on_heartbeat(Heartbeat(RUN_ID, p, 0, GENESIS_WEIGHTS), 2.1)
+        out += m.on_message(Heartbeat(RUN_ID, p, 0, GENESIS_WEIGHTS), 2.1)
     assert [st.epoch for st in statuses(out)] == [1]  # 3 of 4 heard: now order[0]'s silence counts
 
 
@@ -83,13 +78,13 @@ def test_every_absent_leader_in_a_row_is_skipped() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     m = machine(order[2])  # leads epoch 2
     for p in order[:2]:
-        m.on_goodbye(Goodbye(RUN_ID, p, 0), 0.0)
+        m.on_message(Goodbye(RUN_ID, p, 0), 0.0)
     out = feed_all(m, 0, 0.1, order[2:])
     assert [st.epoch for st in statuses(out)] == [2]
-    out = m.on_status(Status(RUN_ID, 0, 2, order[3], -1, None), 0.2)
-    lst = of(out, PublishInclusionList)[0].inclusion_list
+    out = m.on_message(Status(RUN_ID, 0, 2, order[3], -1, None), 0.2)
+    lst = published(out, InclusionList)[0]
     assert (lst.epoch, lst.departed) == (2, tuple(sorted(order[:2])))
-    out = m.on_vote(Vote(RUN_ID, 0, 2, order[3], lst.digest()), 0.3)
+    out = m.on_message(Vote(RUN_ID, 0, 2, order[3], lst.digest()), 0.3)
     assert [a.step for a in of(out, ApplyInclusionList)] == [0]
 
 
@@ -99,14 +94,14 @@ def test_present_leader_keeps_its_epoch() -> None:
     feed_all(m, 0, 0.0, order[1:])
     for t in (0.8, 1.6, 2.4):
         for p in (order[0], order[1], order[3]):
-            m.on_heartbeat(Heartbeat(RUN_ID, p, 0, GENESIS_WEIGHTS), t)
+            m.on_message(Heartbeat(RUN_ID, p, 0, GENESIS_WEIGHTS), t)
     assert statuses(m.on_tick(2.5)) == []  # epoch 0 runs to collect deadline + leader timeout (3.0)
     assert [st.epoch for st in statuses(m.on_tick(3.0))] == [1]
 
 
 def test_non_voter_does_not_spin_epochs_when_every_leader_is_silent() -> None:
     m = RoundMachine(test_config(), "newcomer", SyncState(0, Roster.genesis(PEERS)), now=0.0)
-    m.on_announcement(ann(PEERS[0], 0), 0.0)
+    m.on_message(ann(PEERS[0], 0), 0.0)
     seen: list[int] = []
     for t in (5.0, 5.05, 5.1, 10.0):
         seen += [st.epoch for st in statuses(m.on_tick(t))]

@@ -11,18 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from distro_node.protocol.leader_rank import leader_order
-from distro_node.protocol.messages import InclusionList, MessageError, Vote
-from distro_node.protocol.round_actions import (
+from distro_node.protocol.consensus.actions import (
     ApplyInclusionList,
     FetchPayload,
     MembershipChanged,
-    PublishInclusionList,
-    PublishVote,
 )
-from distro_node.protocol.rounds import RoundInputError
+from distro_node.protocol.consensus.leader_rank import leader_order
+from distro_node.protocol.consensus.machine import RoundInputError
+from distro_node.protocol.messages import InclusionList, MessageError, Vote
 from protocol_swarm_sim import RUN_ID, Replica, Swarm
-from test_rounds import PEERS, ann, feed_all, machine, of, proposal
+from test_rounds import PEERS, ann, feed_all, machine, of, proposal, published
 
 
 def _leader_and_victim(step: int) -> tuple[str, str]:
@@ -37,11 +35,11 @@ def test_leader_does_not_wait_for_or_list_a_banned_peer() -> None:
     assert m.banned_at(0) == {victim}
     others = tuple(p for p in PEERS if p != victim)
     out = feed_all(m, 0, now=0.1, peers=others)  # complete without the banned peer: propose at once
-    lst = of(out, PublishInclusionList)[0].inclusion_list
+    lst = published(out, InclusionList)[0]
     assert victim not in lst.peers and set(lst.peers) == set(others)
     # Its announcement, arriving now, changes nothing and is not fetched.
-    out = m.on_announcement(ann(victim, 0), 0.2)
-    assert not of(out, FetchPayload) and not of(out, PublishInclusionList)
+    out = m.on_message(ann(victim, 0), 0.2)
+    assert not of(out, FetchPayload) and not published(out, InclusionList)
 
 
 def test_ban_from_a_later_step_leaves_the_current_one_alone() -> None:
@@ -50,7 +48,7 @@ def test_ban_from_a_later_step_leaves_the_current_one_alone() -> None:
     m.on_banned([victim], 1, 0.0)
     assert m.banned_at(0) == frozenset() and m.banned_at(1) == {victim}
     out = feed_all(m, 0, now=0.1)
-    assert victim in of(out, PublishInclusionList)[0].inclusion_list.peers
+    assert victim in published(out, InclusionList)[0].peers
 
 
 def test_voter_refuses_an_epoch_zero_list_naming_a_banned_peer_but_not_a_later_epoch() -> None:
@@ -60,16 +58,16 @@ def test_voter_refuses_an_epoch_zero_list_naming_a_banned_peer_but_not_a_later_e
     m.on_banned([victim], 0, 0.0)
     feed_all(m, 0, now=0.1)
     with_victim = proposal(0, 0, PEERS)
-    out = m.on_inclusion_list(with_victim, 0.2)
-    assert not of(out, PublishVote)
-    m.on_inclusion_list(with_victim, 0.3)  # the same list again is counted once
+    out = m.on_message(with_victim, 0.2)
+    assert not published(out, Vote)
+    m.on_message(with_victim, 0.3)  # the same list again is counted once
     assert m.counters["banned_in_list"] == 1
     # An epoch >= 1 leader may be bound to re-propose a list others voted for: vote for it.
     order = leader_order(RUN_ID, 0, PEERS)
     late = proposal(0, 1, PEERS, leader=order[1])
     out = m.on_tick(3.05)  # collect deadline 2 s + one leader timeout: epoch 1
-    out += m.on_inclusion_list(late, 3.1)
-    assert [v.vote.digest for v in of(out, PublishVote)] == [late.digest()]
+    out += m.on_message(late, 3.1)
+    assert [v.digest for v in published(out, Vote)] == [late.digest()]
 
 
 def test_voter_votes_for_a_list_without_the_banned_peer() -> None:
@@ -79,8 +77,8 @@ def test_voter_votes_for_a_list_without_the_banned_peer() -> None:
     m.on_banned([victim], 0, 0.0)
     feed_all(m, 0, now=0.1)
     lst = proposal(0, 0, [p for p in PEERS if p != victim])
-    out = m.on_inclusion_list(lst, 0.2)
-    assert [v.vote.digest for v in of(out, PublishVote)] == [lst.digest()]
+    out = m.on_message(lst, 0.2)
+    assert [v.digest for v in published(out, Vote)] == [lst.digest()]
 
 
 def test_a_decided_list_naming_a_banned_peer_is_still_fetched_and_applied() -> None:
@@ -90,10 +88,10 @@ def test_a_decided_list_naming_a_banned_peer_is_still_fetched_and_applied() -> N
     m = machine(voter)
     m.on_banned([victim], 0, 0.0)
     lst = proposal(0, 0, PEERS)
-    m.on_inclusion_list(lst, 0.1)
+    m.on_message(lst, 0.1)
     out: list[Any] = []
     for v in [p for p in PEERS if p != voter][:3]:
-        out += m.on_vote(Vote(RUN_ID, 0, 0, v, lst.digest()), 0.2)
+        out += m.on_message(Vote(RUN_ID, 0, 0, v, lst.digest()), 0.2)
     assert m.next_step == 1
     assert victim in {f.peer_id for f in of(out, FetchPayload)}
     for p, h in lst.entries:
@@ -105,9 +103,9 @@ def test_banned_newcomer_is_not_listed_as_warming() -> None:
     leader, _ = _leader_and_victim(0)
     m = machine(leader)
     m.on_banned(["zz"], 0, 0.0)
-    m.on_announcement(ann("zz", 0), 0.05)
+    m.on_message(ann("zz", 0), 0.05)
     out = feed_all(m, 0, now=0.1)
-    lst: InclusionList = of(out, PublishInclusionList)[0].inclusion_list
+    lst: InclusionList = published(out, InclusionList)[0]
     assert "zz" not in lst.warming and lst.peers == PEERS
 
 

@@ -1,0 +1,217 @@
+"""What a peer's message may change in our state: every check a message passes before any rule reads it.
+
+Peers are strangers, so nothing they send may grow memory without bound or count twice: a message must be
+for our run, from a peer we can track, for a step inside the window (:mod:`.window`), and within the
+per-step caps. Whatever is refused is counted (``Counters``), never raised: a peer's mistake or malice is
+not our bug.
+
+Step policy: announcements for decided steps (stale) or more than ``max_future_steps`` ahead (future) are
+ignored and counted. A second, different announcement for the same (peer, step) is equivocation: the peer
+is penalised and excluded from that step (none of its payloads is included by an honest leader; a list from
+a leader who saw only one of them still includes at most one). Two different lists from one leader for one
+epoch, or two different votes from one voter for one epoch, are penalised the same way.
+
+Messages for steps we already decided go to :mod:`.laggards` instead (the caller routes them).
+"""
+
+from __future__ import annotations
+
+from ..messages import Announcement, Goodbye, Heartbeat, InclusionList, Message, Status, Vote
+from .actions import Action, Penalize
+from .context import Local
+from .epochs import catch_up
+from .round_state import PayloadKey, RoundState
+from .window import StepWindow
+
+
+def admit(msg: Message, me: Local, window: StepWindow) -> bool:
+    """The prologue every peer message runs once: run id, our own echoes, liveness. False: drop it.
+
+    An untracked author (the liveness memory is full of roster peers) loses its announcement, vote or
+    status, since keeping them would need the memory just refused to it. Its proposal is still judged:
+    whether its leader counts is the roster's call, not the liveness memory's.
+    """
+    if msg.run_id != me.config.run_id:
+        me.counters.count("wrong_run")
+        return False
+    author, step = _author(msg)
+    if author == me.self_id and not isinstance(msg, InclusionList):
+        # Our own message echoed back: we counted it when we sent it. A heartbeat or goodbye of ours
+        # teaches nothing, but time passed, so the rules still run. Our own proposal goes on like anyone's:
+        # the round already holds it, or it re-proposes a decided list to a laggard, which we then vote for
+        # in that epoch too (laggards.on_decided_proposal).
+        if isinstance(msg, Announcement):
+            me.counters.count("duplicate_announcement")
+        return isinstance(msg, Heartbeat | Goodbye)
+    protected = window.protected(me.self_id)
+    if isinstance(msg, Goodbye):
+        me.liveness.goodbye(author, me.now, msg.step, protected)
+        return True
+    if me.liveness.observe(author, me.now, step, protected):
+        return True
+    me.counters.count("untracked_peer")
+    return isinstance(msg, InclusionList | Heartbeat)
+
+
+def _author(msg: Message) -> tuple[str, int | None]:
+    """Who speaks, and the step it is working on where the message says so: announcements and heartbeats
+    do; a proposal, vote or status may be about an old step (answering a laggard), so it proves nothing
+    about its sender's progress (what :func:`.progress.check_behind` reads) or return after a goodbye."""
+    if isinstance(msg, Announcement | Heartbeat):
+        return msg.peer_id, msg.step
+    if isinstance(msg, InclusionList):
+        return msg.leader, None
+    if isinstance(msg, Vote):
+        return msg.voter, None
+    return msg.peer_id, None
+
+
+def round_for(step: int, me: Local, window: StepWindow) -> RoundState | None:
+    """The round of an undecided step inside the window, created on demand; None (counted) otherwise."""
+    if step < window.frontier:
+        me.counters.count("stale_step")
+        return None
+    if step > window.frontier + me.config.max_future_steps:
+        me.counters.count("future_step")
+        return None
+    return window.open_round(step, me.now)
+
+
+# ----------------------------------------------------------------------------------------- announcements
+
+
+def add_announcement(ann: Announcement, me: Local, window: StepWindow, out: list[Action]) -> bool:
+    """Keep a peer's announcement in its round; True if the rules should run now."""
+    if ann.payload_size > me.config.max_payload_bytes:
+        me.counters.count("oversize_payload")
+        out.append(Penalize(ann.peer_id, ann.step, "oversize"))
+        return False
+    rnd = window.rounds.get(ann.step)
+    if rnd is not None and rnd.step < window.frontier:
+        # Too late to count, but a second, different payload is still evidence of equivocation.
+        me.counters.count("stale_step")
+        _note_equivocation(rnd, ann, me, out)
+        return False
+    rnd = round_for(ann.step, me, window)
+    if rnd is None:
+        return True  # a far-ahead peer may mean we are behind
+    if ann.peer_id in rnd.announcements:
+        _note_equivocation(rnd, ann, me, out)
+        return False
+    if len(rnd.announcements) >= me.config.max_announcements_per_step:
+        me.counters.count("announcement_cap")
+        return False
+    rnd.announcements[ann.peer_id] = ann
+    if ann.peer_id in window.governing_roster(ann.step):
+        rnd.see(me.now)
+    return True
+
+
+def _note_equivocation(rnd: RoundState, ann: Announcement, me: Local, out: list[Action]) -> None:
+    first = rnd.announcements.get(ann.peer_id)
+    if first is None or first == ann:
+        me.counters.count("duplicate_announcement")
+        return
+    me.counters.count("equivocation")
+    if ann.peer_id not in rnd.equivocators:
+        rnd.equivocators.add(ann.peer_id)
+        out.append(Penalize(ann.peer_id, rnd.step, "equivocation"))
+
+
+# ------------------------------------------------------------------------------ proposals, votes, statuses
+
+
+def add_proposal(lst: InclusionList, me: Local, window: StepWindow, out: list[Action]) -> bool:
+    """Keep a proposal for an undecided step; True if the rules should run now.
+
+    Whether its leader may propose it at all is checked later (:func:`.agreement.check_proposals`): that
+    needs the step's roster, which may not be known yet.
+    """
+    rnd = round_for(lst.step, me, window)
+    if rnd is None:
+        return False
+    digest = lst.digest()
+    key = (lst.epoch, lst.leader)
+    known = rnd.proposals.get(key)
+    if known is not None:
+        if known == digest:
+            me.counters.count("duplicate_list")
+        else:
+            # One leader, one epoch, two lists: keep the first (others may have voted for it), punish.
+            me.counters.count("list_equivocation")
+            out.append(Penalize(lst.leader, lst.step, "list_equivocation"))
+        return False
+    if not _make_room_for_proposal(rnd, lst.epoch, me.config.max_lists_per_step):
+        me.counters.count("list_cap")
+        return False
+    rnd.proposals[key] = digest
+    rnd.contents.setdefault(digest, lst)
+    if window.governing_roster(lst.step).is_eligible(lst.leader):
+        rnd.see(me.now)
+        catch_up(rnd, lst.epoch, me)
+    return True
+
+
+def _make_room_for_proposal(rnd: RoundState, epoch: int, cap: int) -> bool:
+    """Keep the most recent epochs' proposals only: older ones can no longer gather votes."""
+    if len(rnd.proposals) < cap:
+        return True
+    oldest = min(rnd.proposals)
+    if oldest[0] >= epoch:
+        return False
+    digest = rnd.proposals.pop(oldest)
+    rnd.checked.discard(oldest)
+    mine = rnd.my_vote is not None and rnd.my_vote[1] == digest
+    if not mine and digest not in rnd.proposals.values():
+        rnd.contents.pop(digest, None)
+    return True
+
+
+def add_vote(vote: Vote, rnd: RoundState, me: Local, out: list[Action]) -> bool:
+    """Keep a vote (decided step or not); False if the per-step cap refused it."""
+    if vote.voter not in rnd.votes and len(rnd.votes) >= me.config.max_announcements_per_step:
+        me.counters.count("vote_cap")
+        return False
+    if not rnd.note_vote(vote.voter, (vote.epoch, vote.digest)):
+        me.counters.count("vote_equivocation")
+        out.append(Penalize(vote.voter, vote.step, "vote_equivocation"))
+    return True
+
+
+def add_status(status: Status, me: Local, window: StepWindow) -> bool:
+    """Keep a status for an undecided step: the peer's epoch, and its latest vote; True if the rules should
+    run now. A status from the roster for a later epoch moves us there too (:func:`.epochs.catch_up`)."""
+    rnd = round_for(status.step, me, window)
+    if rnd is None:
+        return False
+    cap = me.config.max_announcements_per_step
+    if status.peer_id not in rnd.statuses and len(rnd.statuses) >= cap:
+        me.counters.count("vote_cap")
+        return False
+    rnd.statuses[status.peer_id] = max(status.epoch, rnd.statuses.get(status.peer_id, 0))
+    if window.governing_roster(status.step).is_eligible(status.peer_id):
+        catch_up(rnd, status.epoch, me)
+    if status.voted_digest is not None and (status.peer_id in rnd.votes or len(rnd.votes) < cap):
+        rnd.note_vote(status.peer_id, (status.voted_epoch, status.voted_digest))
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ payloads
+
+
+def payload_round(step: int, key: PayloadKey, me: Local, window: StepWindow) -> RoundState | None:
+    """The round a transport payload result belongs to, or None (counted) if we never asked for it."""
+    rnd = window.rounds.get(step)
+    if rnd is None or not rnd.payload_known(key):
+        me.counters.count("unexpected_payload_event")
+        return None
+    return rnd
+
+
+def retried_payload_round(step: int, key: PayloadKey, me: Local, window: StepWindow) -> RoundState | None:
+    """The round of a failed fetch we are still waiting for, or None (counted)."""
+    rnd = window.rounds.get(step)
+    if rnd is None or key not in rnd.fetch_requested_at:
+        me.counters.count("unexpected_payload_event")
+        return None
+    return rnd
