@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -242,7 +243,8 @@ class Llama(nn.Module):
         if seq > self.config.seq_len:
             raise ValueError(f"sequence length {seq} exceeds model.seq_len={self.config.seq_len}")
         x = F.embedding(tokens, self.embed)
-        cos, sin = self.rope_cos[:seq].to(x.dtype), self.rope_sin[:seq].to(x.dtype)
+        rope_cos, rope_sin = cast(Tensor, self.rope_cos), cast(Tensor, self.rope_sin)  # registered buffers
+        cos, sin = rope_cos[:seq].to(x.dtype), rope_sin[:seq].to(x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin)
         return F.linear(self.norm(x), self.head).float()

@@ -15,10 +15,11 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import cast
 
 import trio
 from libp2p import new_host
-from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, IMuxedConn, INetConn, INetStream, INetwork, INotifee
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
@@ -469,7 +470,7 @@ def _build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
     host = new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: noise},
-        muxer_opt={YAMUX_PROTOCOL_ID: Yamux},
+        muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): cast(type[IMuxedConn], Yamux)},
         listen_addrs=listen,
         enable_mDNS=False,
         enable_upnp=False,
@@ -479,7 +480,7 @@ def _build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
     # (soak: 252 failed dials on the bootstrap peer in 200 rounds). Its target is the midpoint of the
     # watermarks, which no ConnectionConfig can set to "never" without also pruning every connection, so
     # its check is replaced on this host's instance; peer exchange does our dialing.
-    host.get_network().auto_connector.maybe_connect = _no_auto_dials  # type: ignore[attr-defined,method-assign]
+    host.get_network().auto_connector.maybe_connect = _no_auto_dials  # type: ignore[attr-defined]
     return host
 
 

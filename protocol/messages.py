@@ -389,7 +389,7 @@ class Status:
 
 Message = Announcement | InclusionList | Vote | Status | Heartbeat | Goodbye
 
-_KINDS: dict[str, Any] = {
+_KINDS: dict[str, type[Announcement | InclusionList | Vote | Status | Heartbeat | Goodbye]] = {
     cls.KIND: cls for cls in (Announcement, InclusionList, Vote, Status, Heartbeat, Goodbye)
 }
 

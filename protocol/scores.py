@@ -89,7 +89,7 @@ class ScorePolicy:
     norm_tolerance: float = 3.0
 
     def __post_init__(self) -> None:
-        numbers = ("ema_weight", "ban_below", "initial", "invalid_value", "missed_value")
+        numbers: tuple[str, ...] = ("ema_weight", "ban_below", "initial", "invalid_value", "missed_value")
         numbers += ("scale_floor", "clamp", "norm_floor", "norm_tolerance")
         for name in numbers:
             value = getattr(self, name)

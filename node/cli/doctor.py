@@ -173,6 +173,7 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
     common = {"peers": args.peers, "payload_bytes": b.wire_bytes, **sizes}
     fp32 = estimate(model, run_cfg.strategy, settings, dtype="fp32", **common)
     bf16 = estimate(model, run_cfg.strategy, settings, dtype="bf16", **common)
+    available: int | None
     if args.memory_gb is not None:
         available, source = int(args.memory_gb * 1e9), "--memory-gb"
     else:

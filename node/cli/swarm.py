@@ -28,16 +28,15 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any, TextIO
 
-from distro_node.node.cli.common import UsageError
+from distro_node.node.cli.common import UsageError, config_default, config_help
 from distro_node.node.faults import FaultSpec, FaultSpecError, fault_usage
-from distro_node.node.join_process import CLI, join_args
+from distro_node.node.join_process import CHILD_ENV, CLI, join_args
 from distro_node.node.presets import PRESETS
 
 # 4 peers x 200 steps of the tiny preset take ~2 minutes on 2 busy CPU cores (150 steps: 85 s measured)
 # and the loss falls visibly from ~5.5 toward the embedded corpus' floor.
 DEFAULT_STEPS = 200
 STOP_GRACE_SECONDS = 15.0
-CHILD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,12 +53,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peers", type=int, default=4, help="number of peer processes (default 4)")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                    help=f"training steps (default {DEFAULT_STEPS})")
-    p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model preset (default tiny)")
+    p.add_argument("--preset", default=config_default("run.model"), choices=list(PRESETS),
+                   help=config_help("model preset", "run.model"))
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: join's DisTrO default)")
-    p.add_argument("--batch-size", type=int, default=4, help="sequences per peer per step (default 4)")
-    p.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
-    p.add_argument("--round-timeout", type=float, default=10.0,
-                   help="seconds a round waits for a slow peer (default 10)")
+    p.add_argument("--batch-size", type=int, default=config_default("run.batch_size"),
+                   help=config_help("sequences per peer per step", "run.batch_size"))
+    p.add_argument("--seq-len", type=int, default=config_default("run.seq_len"),
+                   help=config_help("tokens per sequence", "run.seq_len"))
+    p.add_argument("--round-timeout", type=float, default=config_default("run.rounds.round_timeout_seconds"),
+                   help=config_help("seconds a round waits for a slow peer",
+                                    "run.rounds.round_timeout_seconds"))
     p.add_argument("--values", default=None, choices=("fp32", "bf16", "int8", "1bit"),
                    help="DisTrO value coding on the wire (default: join's, 1bit)")
     p.add_argument("--fault", action="append", default=None, metavar="INDEX:SPEC",
@@ -292,7 +295,7 @@ def _ban_line(swarm: Swarm, reporter: Peer, event: dict[str, Any]) -> str:
     """One console line per ban a peer reports; the first report of a peer's ban says why."""
     banned_id = str(event.get("peer", ""))
     name = next((p.name for p in swarm.peers if p.info.get("peer_id") == banned_id), "an unknown peer")
-    swarm.bans.setdefault(name, {})[reporter.name] = event.get("step")
+    swarm.bans.setdefault(name, {})[reporter.name] = int(event.get("step", -1))
     if len(swarm.bans[name]) > 1:
         itself = " (itself)" if reporter.name == name else ""
         return f"ban: {name} also banned by {reporter.name}{itself} after step {event.get('step')}"

@@ -198,7 +198,7 @@ class RunConfig(Section):
         except UnknownPresetError as exc:
             raise self._fail("model", str(exc)) from None
         try:
-            settings = make_config(self.strategy, self.strategy_settings)  # type: ignore[arg-type]
+            settings = make_config(self.strategy, self.strategy_settings)
         except ConfigError as exc:
             field_name = _strategy_field(exc, self.strategy)
             detail = str(exc).removeprefix(f"{exc.field}: ")

@@ -227,18 +227,18 @@ class SimulatedSwarm:
         keeper = self.scores
         scores, norms = round_observations(self._spec.tensors, received)
         banned = keeper.observe_round(step, scores, norms)
-        for peer in invalid:
-            banned += [peer] if keeper.penalize_invalid(step, peer) else []
-        for peer in equivocators:
-            banned += [peer] if keeper.penalize_equivocation(step, peer) else []
+        for peer_id in invalid:
+            banned += [peer_id] if keeper.penalize_invalid(step, peer_id) else []
+        for peer_id in equivocators:
+            banned += [peer_id] if keeper.penalize_equivocation(step, peer_id) else []
         # A step where nobody sends (DiLoCo's inner steps) is no round, so nobody missed it.
         round_held = any(sent.values())
         for peer in self.peers:
             silent = round_held and not sent.get(peer.peer_id)
             if silent and not keeper.is_banned(peer.peer_id):
                 banned += [peer.peer_id] if keeper.penalize_missed(step, peer.peer_id) else []
-        for peer in banned:
-            self.ban_steps.setdefault(peer, step)
+        for peer_id in banned:
+            self.ban_steps.setdefault(peer_id, step)
         return scores, sorted(banned)
 
     def _apply_all(self, step: int, payloads: Mapping[str, Payload]) -> None:

@@ -265,23 +265,23 @@ class Network:
         NetnsError if a sender cannot connect within ``connect_timeout`` (a cut or partitioned link)."""
         probe = [sys.executable, "-m", "distro_node.node.testbed.probe"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        procs: list[subprocess.Popen[str]] = []
+        procs: list[subprocess.Popen[str] | subprocess.Popen[bytes]] = []
         try:
-            receivers = []
+            receivers: list[subprocess.Popen[str]] = []
             for _ in srcs:
-                procs.append(subprocess.Popen([*self.exec_prefix(dst), *probe, "recv", self.address(dst)],
-                                              stdout=subprocess.PIPE, text=True, env=env))
-                receivers.append(procs[-1])
+                receivers.append(subprocess.Popen([*self.exec_prefix(dst), *probe, "recv", self.address(dst)],
+                                                  stdout=subprocess.PIPE, text=True, env=env))
+                procs.append(receivers[-1])
             ports = [json.loads(_readline(r, 30.0))["port"] for r in receivers]
-            senders = []
+            senders: list[tuple[list[str], subprocess.Popen[bytes]]] = []
             for src, port in zip(srcs, ports, strict=True):
-                senders.append(subprocess.Popen(
-                    [*self.exec_prefix(src), *probe, "send", self.address(dst), str(port), str(seconds),
-                     str(connect_timeout)], env=env, stderr=subprocess.DEVNULL))
-                procs.append(senders[-1])
-            for sender in senders:
+                argv = [*self.exec_prefix(src), *probe, "send", self.address(dst), str(port), str(seconds),
+                        str(connect_timeout)]
+                senders.append((argv, subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)))
+                procs.append(senders[-1][1])
+            for argv, sender in senders:
                 if sender.wait(timeout=seconds + connect_timeout + 60.0) != 0:
-                    raise NetnsError(sender.args, f"sender failed (rc={sender.returncode})")  # type: ignore[arg-type]
+                    raise NetnsError(argv, f"sender failed (rc={sender.returncode})")
             results = [json.loads(_readline(r, 60.0)) for r in receivers]
         finally:
             for p in procs:
