@@ -1,4 +1,4 @@
-"""Checkpoints of a running peer: what goes in, and whether a founder may resume from one.
+"""Checkpoints of a running peer: what goes in, when one is written, and whether a founder may resume.
 
 A checkpoint holds the model and the strategy state (node/checkpoint/store.py writes them crash-safely) plus,
 in its JSON extras, the run manifest and the weights hash. Why the manifest: a founder that restarts must
@@ -17,9 +17,12 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import trio
 from distro_node.node.checkpoint.store import Checkpoint, CheckpointError, CheckpointStore, load_latest
 
 from .manifest import ManifestError, RunManifest
+from .output import Output
+from .telemetry import Telemetry
 from .trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -84,3 +87,54 @@ def restore(trainer: Trainer, resume: Resume) -> bytes:
     if isinstance(want, str) and want != got.hex():
         raise CheckpointError(f"{ckpt.path}: restored weights hash {got.hex()[:12]} != saved {want[:12]}")
     return got
+
+
+class Checkpointer:
+    """Saves a running peer's state at step boundaries: every ``every`` steps and on exit, once per boundary.
+
+    A failed save is reported and training goes on: a full disk must not take the swarm's peer down with it.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: CheckpointStore | None,
+        every: int,
+        trainer: Trainer,
+        out: Output,
+        telemetry: Telemetry | None,
+        compute_limit: trio.CapacityLimiter,
+        saved_step: int = -1,
+    ) -> None:
+        self._store = store  # None: checkpoints are off
+        self._every = every
+        self._trainer = trainer
+        self._out = out
+        self._telemetry = telemetry
+        self._compute_limit = compute_limit
+        self._saved_step = saved_step  # a resumed founder starts with its checkpoint's step
+
+    def is_boundary(self, step: int) -> bool:
+        """Whether a periodic checkpoint falls before ``step`` (never when checkpoints are off)."""
+        return self._store is not None and step % self._every == 0
+
+    async def save(self, step: int, why: str) -> None:
+        """Save the state at the boundary before ``step`` (nothing at step 0 or an already saved one)."""
+        store = self._store
+        if store is None or step <= self._saved_step or step == 0:
+            return
+        t0 = time.perf_counter()
+        try:
+            path, heldout = await trio.to_thread.run_sync(save, store, self._trainer, step,
+                                                          limiter=self._compute_limit)
+        except (CheckpointError, OSError) as exc:
+            self._out.emit("checkpoint_failed", f"checkpoint at step {step} failed: {exc}", step=step,
+                           reason=str(exc))
+            return
+        self._saved_step = step
+        if self._telemetry is not None:
+            self._telemetry.checkpoint_saved(time.time())
+        self._out.emit("checkpoint", f"checkpoint {path.name} ({why}, held-out loss {heldout:.4f})",
+                       step=step, path=str(path), why=why, heldout_loss=heldout,
+                       seconds=round(time.perf_counter() - t0, 3),
+                       weights_hash=self._trainer.weights_hash.hex())

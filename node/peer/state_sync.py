@@ -15,18 +15,18 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 from distro_node.protocol.errors import TransportError
+from distro_node.protocol.host import P2PHost
 from distro_node.protocol.membership import SyncState
 from distro_node.protocol.sync import SnapshotMeta, fetch_meta, fetch_part
 from libp2p.peer.id import ID
 
 from .snapshot_io import SnapshotFormatError
-
-if TYPE_CHECKING:
-    from .node import PeerNode
 
 logger = logging.getLogger(__name__)
 
@@ -38,17 +38,71 @@ PART_TIMEOUT = 60.0
 ATTEMPTS = 6
 
 
+class StateLoader(Protocol):
+    """The trainer: the weights it holds now, and loading a transferred state (blocking)."""
+
+    @property
+    def weights_hash(self) -> bytes: ...
+
+    def load(self, weights: bytes, optim: bytes | None, max_bytes: int) -> bytes: ...
+
+
+class Vouchers(Protocol):
+    """Signed gossip announcements: which peers announced ``step`` computed on ``weights_hash``."""
+
+    def announcers(self, step: int, weights_hash: bytes) -> set[str]: ...
+
+
+class Heights(Protocol):
+    def highest_step(self, peer: str) -> int | None: ...
+
+
+class BehindLimit(Protocol):
+    @property
+    def behind_steps(self) -> int: ...
+
+
+class RoundView(Protocol):
+    """What donor ranking reads of a running round machine: how far each peer got, and how far behind a
+    peer may be before it must resync."""
+
+    @property
+    def liveness(self) -> Heights: ...
+
+    @property
+    def config(self) -> BehindLimit: ...
+
+
+class Changes(Protocol):
+    async def wait(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SyncContext:
+    """Everything a state sync uses of the running peer. The host is the concrete one: the snapshot client
+    (protocol/sync.py) opens its streams."""
+
+    host: P2PHost
+    run_id: bytes
+    max_state_bytes: int
+    bootstrap: ID | None  # a joiner's bootstrap peer, asked first; None for a founder
+    trainer: StateLoader
+    vouchers: Vouchers
+    changes: Changes
+    round_view: Callable[[], RoundView | None]  # None before the round machine runs
+
+
 class JoinError(RuntimeError):
     """No verified state could be obtained from the swarm; the message says what was tried."""
 
 
-def _donor_candidates(node: PeerNode, first: ID | None) -> list[ID]:
+def _donor_candidates(ctx: SyncContext, first: ID | None) -> list[ID]:
     """``first`` (the bootstrap peer), then the peers heard at the highest steps, leaving out peers known to
     be behind the best of them. Why: after a partition heals, the other peers of our side are as far behind
     as we are and hold their answer until a step boundary they cannot reach, and a sync waits for every
     donor it asked: one such donor cost each attempt ~30 s."""
-    m = node.machine
-    peers = sorted(node.host.connected_peers(), key=str)
+    m = ctx.round_view()
+    peers = sorted(ctx.host.connected_peers(), key=str)
     if m is not None:
         steps = {p: m.liveness.highest_step(str(p)) for p in peers}
         known = [h for h in steps.values() if h is not None]
@@ -61,16 +115,16 @@ def _donor_candidates(node: PeerNode, first: ID | None) -> list[ID]:
 
 
 async def _describe(
-    node: PeerNode, donors: list[ID], genesis_peer: ID | None, errors: list[str]
+    ctx: SyncContext, donors: list[ID], genesis_peer: ID | None, errors: list[str]
 ) -> list[tuple[ID, SnapshotMeta]]:
     metas: list[tuple[ID, SnapshotMeta]] = []
 
     async def ask(donor: ID) -> None:
         genesis = donor == genesis_peer
         try:
-            meta = await fetch_meta(node.host, donor, node.run_id, genesis=genesis,
+            meta = await fetch_meta(ctx.host, donor, ctx.run_id, genesis=genesis,
                                     timeout=GENESIS_META_TIMEOUT if genesis else META_TIMEOUT,
-                                    max_state_bytes=node.opts.max_state_bytes)
+                                    max_state_bytes=ctx.max_state_bytes)
         except TransportError as exc:
             logger.debug("no snapshot from %s: %s", donor, exc)
             errors.append(f"{str(donor)[-8:]}: {exc}")
@@ -83,41 +137,41 @@ async def _describe(
     return metas
 
 
-def _vouchers(node: PeerNode, meta: SnapshotMeta, group: list[ID]) -> tuple[int, int]:
+def _vouchers(ctx: SyncContext, meta: SnapshotMeta, group: list[ID]) -> tuple[int, int]:
     """(peers of the roster vouching for the group's hash, active roster size)."""
     eligible = set(meta.state.roster.eligible())
-    vouch = {str(d) for d in group} | node.announcers(meta.step, meta.weights_hash)
+    vouch = {str(d) for d in group} | ctx.vouchers.announcers(meta.step, meta.weights_hash)
     return len(vouch & eligible), len(eligible)
 
 
-async def _verified(node: PeerNode, meta: SnapshotMeta, group: list[ID]) -> bool:
+async def _verified(ctx: SyncContext, meta: SnapshotMeta, group: list[ID]) -> bool:
     with trio.move_on_after(VERIFY_TIMEOUT):
         while True:
-            have, total = _vouchers(node, meta, group)
+            have, total = _vouchers(ctx, meta, group)
             if 2 * have > total:
                 return True
-            await node._wait_changed()
+            await ctx.changes.wait()
     return False
 
 
-async def sync_from_swarm(node: PeerNode, *, genesis: bool) -> tuple[SyncState, str]:
-    """Verified state for ``node`` (weights already loaded into its trainer); returns (state, how)."""
-    bootstrap: ID | None = getattr(node, "bootstrap_peer", None)
+async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState, str]:
+    """Verified state (weights already loaded into ``ctx.trainer``); returns (state, how)."""
+    bootstrap = ctx.bootstrap
     problems: list[str] = []
     for _attempt in range(ATTEMPTS):
-        donors = _donor_candidates(node, bootstrap)
+        donors = _donor_candidates(ctx, bootstrap)
         if not donors:
             problems.append("no connected peers")
             await trio.sleep(1.0)
             continue
         errors: list[str] = []
-        metas = await _describe(node, donors, bootstrap if genesis else None, errors)
+        metas = await _describe(ctx, donors, bootstrap if genesis else None, errors)
         if not metas:
             problems.append("no donor described a snapshot (" + "; ".join(errors[:3]) + ")")
             await trio.sleep(1.0)
             continue
         for donor, meta in metas:
-            local_init = meta.weights_hash == node.trainer.weights_hash
+            local_init = meta.weights_hash == ctx.trainer.weights_hash
             if donor == bootstrap and genesis and meta.step == 0 and local_init:
                 return meta.state, "genesis"
         groups: dict[tuple[int, bytes], list[tuple[ID, SnapshotMeta]]] = {}
@@ -126,21 +180,21 @@ async def sync_from_swarm(node: PeerNode, *, genesis: bool) -> tuple[SyncState, 
         (step, _), members = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][0]))
         meta = members[0][1]
         group = [d for d, _ in members]
-        if not await _verified(node, meta, group):
-            have, total = _vouchers(node, meta, group)
+        if not await _verified(ctx, meta, group):
+            have, total = _vouchers(ctx, meta, group)
             problems.append(f"weights hash of step {step} vouched by only {have} of {total} active peers")
             continue
         try:
-            weights = await fetch_part(node.host, group, node.run_id, meta, "weights", timeout=PART_TIMEOUT)
+            weights = await fetch_part(ctx.host, group, ctx.run_id, meta, "weights", timeout=PART_TIMEOUT)
             optim = None
             if "optim" in meta.parts:
-                optim = await fetch_part(node.host, group[:1], node.run_id, members[0][1], "optim",
+                optim = await fetch_part(ctx.host, group[:1], ctx.run_id, members[0][1], "optim",
                                          timeout=PART_TIMEOUT)
         except TransportError as exc:
             problems.append(f"transfer failed: {exc}")
             continue
         try:
-            got = await trio.to_thread.run_sync(node.trainer.load, weights, optim, node.opts.max_state_bytes)
+            got = await trio.to_thread.run_sync(ctx.trainer.load, weights, optim, ctx.max_state_bytes)
         except (SnapshotFormatError, ValueError) as exc:
             problems.append(f"state does not load: {exc}")
             continue

@@ -1,0 +1,44 @@
+"""What the swarm's signed announcements told us, per step: who computed on which weights, and when.
+
+Two readers: state sync counts the peers whose announcement of a step carried a snapshot's weights hash
+(each announcement is signed, so each peer vouches once), and the step report splits a round's time into
+waiting for the slowest peer's compute (its announcement) and the exchange after it. Bounded to the last
+``ANNOUNCE_MEMORY`` steps.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+
+from distro_node.protocol.messages import Announcement
+
+ANNOUNCE_MEMORY = 64  # steps of announcements remembered for verifying a donor's weights hash
+
+
+class AnnouncementLog:
+    def __init__(self, memory: int = ANNOUNCE_MEMORY) -> None:
+        self._memory = memory
+        self._by_hash: OrderedDict[int, dict[bytes, set[str]]] = OrderedDict()
+        self._arrived: OrderedDict[int, dict[str, float]] = OrderedDict()
+
+    def remember(self, ann: Announcement, now: float) -> None:
+        by_hash = self._by_hash.setdefault(ann.step, {})
+        by_hash.setdefault(ann.weights_hash, set()).add(ann.peer_id)
+        self._arrived.setdefault(ann.step, {}).setdefault(ann.peer_id, now)
+        for memory in (self._by_hash, self._arrived):
+            while len(memory) > self._memory:
+                memory.popitem(last=False)
+
+    def announcers(self, step: int, weights_hash: bytes) -> set[str]:
+        """Peers whose announcement for ``step`` carried ``weights_hash`` (signed, so each counts once)."""
+        return set(self._by_hash.get(step, {}).get(weights_hash, set()))
+
+    def by_hash(self, step: int) -> Mapping[bytes, set[str]]:
+        """Every weights hash announced for ``step``, with the peers that announced it."""
+        return self._by_hash.get(step, {})
+
+    def last_arrival(self, step: int, peers: Iterable[str], since: float) -> float:
+        """When the last of ``peers``' announcements of ``step`` arrived (``since`` if all came before)."""
+        seen = self._arrived.get(step, {})
+        return max([since, *(seen[p] for p in peers if p in seen)])

@@ -1,0 +1,193 @@
+"""Gossip intake: the pubsub validator decodes each message once, and the intake loop dispatches that object.
+
+Decode once. py-libp2p runs our validator synchronously inside ``Pubsub.push_msg`` (after its signature
+check, before delivery and forwarding; a message id it has seen is neither validated nor delivered again),
+then puts the same message on the topic subscription, which protocol/gossip.py turns into a
+``GossipMessage(sender, data, seqno)``. The validator is the only hook before delivery and the delivery
+carries no trace of it, so :class:`GossipDecoder` keeps what it decoded in a bounded map keyed by
+(signer, bytes) until the loop takes it. Equal bytes from one signer (a repeated heartbeat: signatures are
+deterministic) are one entry with a count. An entry is only missing when the map overflowed (more than
+``DECODED_CAPACITY`` messages validated but not yet taken: the delivery queues hold far fewer) or the
+message was delivered again after py-libp2p forgot it had seen it (its seen cache expires): then the loop
+decodes it once itself, and :attr:`GossipDecoder.redecoded` counts it.
+
+Rejected messages are counted by reason (``banned``, or the codec's metric-safe reason) in
+:attr:`GossipDecoder.rejected` and reported through ``on_rejected``. Messages protocol/gossip.py refuses
+before calling us (over its size cap) are not seen here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, OrderedDict, deque
+from collections.abc import AsyncIterable, Callable
+from typing import Protocol
+
+import trio
+from distro_node.protocol.codec import CodecError, author_of, decode_signed
+from distro_node.protocol.gossip import GossipMessage
+from distro_node.protocol.messages import (
+    Announcement,
+    Goodbye,
+    Heartbeat,
+    InclusionList,
+    Message,
+    Status,
+    Vote,
+)
+from libp2p.peer.id import ID
+
+from .announcements import AnnouncementLog
+from .changes import ChangeSignal
+from .driver import RoundDriver
+from .output import Output
+
+logger = logging.getLogger(__name__)
+
+BUFFER_MESSAGES = 4096  # gossip held while we sync state, replayed into the machine afterwards
+DECODED_CAPACITY = 4096  # validated messages awaiting delivery (the queues between hold about 1 100)
+
+
+class BanList(Protocol):
+    def is_banned(self, peer: str) -> bool: ...
+
+
+class GossipDecoder:
+    def __init__(self, *, self_id: str, run_id: bytes, bans: BanList,
+                 on_rejected: Callable[[str], None] | None = None, capacity: int = DECODED_CAPACITY) -> None:
+        self._self_id = self_id
+        self._run_id = run_id
+        self._bans = bans
+        self._on_rejected = on_rejected
+        self._capacity = capacity
+        self._pending: OrderedDict[tuple[bytes, bytes], tuple[Message, int]] = OrderedDict()
+        self.rejected: Counter[str] = Counter()
+        self.redecoded = 0
+
+    def validate(self, sender: ID, data: bytes) -> bool:
+        """Signed by ``sender``, well formed, and not from a peer we banned (not delivered, not forwarded)."""
+        author = str(sender)
+        if author != self._self_id and self._bans.is_banned(author):
+            self._reject("banned")
+            return False
+        try:
+            msg = decode_signed(data, author, self._run_id)
+        except CodecError as exc:
+            self._reject(exc.reason)
+            return False
+        if author != self._self_id:  # our own messages are not delivered back to us
+            self._hold((sender.to_bytes(), data), msg)
+        return True
+
+    def take(self, sender: ID, data: bytes) -> Message:
+        """The message :meth:`validate` decoded from these bytes; CodecError only if we had to decode it
+        here and it fails (it passed the validator, so only if a ban or a bug changed the verdict)."""
+        key = (sender.to_bytes(), data)
+        held = self._pending.get(key)
+        if held is None:
+            self.redecoded += 1
+            return decode_signed(data, str(sender), self._run_id)
+        msg, count = held
+        if count > 1:
+            self._pending[key] = (msg, count - 1)
+        else:
+            del self._pending[key]
+        return msg
+
+    def _hold(self, key: tuple[bytes, bytes], msg: Message) -> None:
+        held = self._pending.get(key)
+        self._pending[key] = (msg, 1 if held is None else held[1] + 1)
+        self._pending.move_to_end(key)
+        while len(self._pending) > self._capacity:
+            self._pending.popitem(last=False)
+
+    def _reject(self, reason: str) -> None:
+        self.rejected[reason] += 1
+        if self._on_rejected is not None:
+            self._on_rejected(reason)
+
+
+class GossipIntake:
+    """Feeds delivered gossip to the round machine, or holds it while the machine cannot take it.
+
+    Held: before the machine runs (start-up, a joiner's state transfer) and during a resync. Dispatched at
+    once, the lists and votes of the steps decided during the transfer were far-future steps for our old
+    state and were dropped, so a resynced peer waited for laggard answers that came too late (the deciders
+    had pruned those steps) and had to resync again, over and over. Held messages are replayed in step
+    order on :meth:`release`.
+    """
+
+    def __init__(self, *, decoder: GossipDecoder, driver: RoundDriver, announcements: AnnouncementLog,
+                 changes: ChangeSignal, out: Output) -> None:
+        self._decoder = decoder
+        self._driver = driver
+        self._announcements = announcements
+        self._changes = changes
+        self._out = out
+        self._buffer: deque[Message] = deque(maxlen=BUFFER_MESSAGES)
+        self._heard: set[str] = set()
+        self._holding = True
+
+    def heard_all(self, peers: set[str]) -> bool:
+        """Whether gossip from every one of ``peers`` reached us."""
+        return peers <= self._heard
+
+    def hold(self) -> None:
+        self._holding = True
+
+    def release(self) -> None:
+        """Replay what was held, in step order: a joiner learns the lists and votes of the steps decided
+        during its transfer instead of waiting for laggard timeouts."""
+        self._holding = False
+        pending = sorted(self._buffer, key=lambda m: m.step)
+        self._buffer.clear()
+        for msg in pending:
+            self._dispatch(msg)
+
+    async def run(self, gossip: AsyncIterable[GossipMessage]) -> None:
+        async for item in gossip:
+            try:
+                msg = self._decoder.take(item.sender, item.data)
+            except CodecError as exc:
+                logger.debug("dropping gossip from %s: %s", item.sender, exc)
+                continue
+            self._heard.add(author_of(msg))
+            if isinstance(msg, Announcement):
+                self._announcements.remember(msg, trio.current_time())
+            if self._holding or self._driver.machine is None:
+                self._buffer.append(msg)
+                self._changes.bump()
+                continue
+            self._dispatch(msg)
+
+    async def watch_lost_peers(self, lost: trio.MemoryReceiveChannel[ID]) -> None:
+        """A peer's last connection closed: the machine stops waiting for it (a crash is seen at once instead
+        of after ``liveness_timeout``; see RoundMachine.on_disconnected)."""
+        async for peer_id in lost:
+            m = self._driver.machine
+            if m is not None:
+                self._driver.handle(m.on_disconnected(str(peer_id), trio.current_time()))
+                self._changes.bump()  # deadlines moved even when there is nothing to do yet
+
+    def _dispatch(self, msg: Message) -> None:
+        m = self._driver.machine
+        if m is None:
+            return
+        now = trio.current_time()
+        if isinstance(msg, Announcement):
+            actions = m.on_announcement(msg, now)
+        elif isinstance(msg, InclusionList):
+            actions = m.on_inclusion_list(msg, now)
+        elif isinstance(msg, Vote):
+            actions = m.on_vote(msg, now)
+        elif isinstance(msg, Status):
+            actions = m.on_status(msg, now)
+        elif isinstance(msg, Heartbeat):
+            actions = m.on_heartbeat(msg, now)
+        elif isinstance(msg, Goodbye):
+            actions = m.on_goodbye(msg, now)
+            self._out.emit("goodbye", f"peer {msg.peer_id[-8:]} left at step {msg.step}", peer=msg.peer_id,
+                           step=msg.step)
+        else:
+            return
+        self._driver.handle(actions)

@@ -1,0 +1,164 @@
+"""Start-up: get the run manifest, say where we listen, and get the state we start training from.
+
+Founders start step 0 with their genesis cohort (or, back from a checkpoint, alone at the saved step);
+joiners sync from the swarm, at genesis or mid-run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import trio
+from distro_node.node.checkpoint.store import CheckpointStore
+from distro_node.protocol.addrs import split_peer_addr
+from distro_node.protocol.errors import TransportError
+from distro_node.protocol.host import HostConfig, P2PHost, open_host
+from distro_node.protocol.manifest_rpc import fetch_manifest
+from distro_node.protocol.membership import Roster, SyncState
+from distro_node.protocol.sync import Snapshot
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+
+from . import checkpointing
+from .changes import ChangeSignal
+from .checkpointing import Resume
+from .intake import GossipIntake
+from .manifest import RunManifest
+from .options import PeerError, PeerOptions
+from .output import Output
+from .snapshots import GenesisCohort
+from .state_sync import JoinError, SyncContext, sync_from_swarm
+from .trainer import Trainer
+
+JOIN_HEAR_TIMEOUT = 15.0  # a joiner waits this long to hear the active roster before its first round
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """Where our run comes from: the manifest's bytes, a founder's checkpoint to resume from, a joiner's
+    bootstrap peer (asked first for state)."""
+
+    manifest_bytes: bytes
+    resume: Resume | None = None
+    bootstrap_peer: ID | None = None
+
+
+async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None, out: Output) -> RunSource:
+    """The run manifest: ours if we found the run (or resume it), else fetched from a bootstrap peer.
+
+    Joiners fetch it through a throwaway host with a fresh identity. The real host must not connect to
+    anyone before its gossip is running: py-libp2p opens its pubsub stream only when a connection comes
+    up, and a peer that met no pubsub handler on our side never retries, so we would hear no gossip.
+    """
+    if opts.manifest is not None:
+        if ckpt_store is not None and opts.checkpoint_dir is not None:
+            resume, why = checkpointing.find_resume(opts.checkpoint_dir, opts.manifest)
+            if resume is not None:
+                out.emit("resume", why, step=resume.step, run_id=resume.manifest.run_id().hex())
+                return RunSource(resume.manifest.to_bytes(), resume=resume)
+        return RunSource(opts.manifest.to_bytes())
+    if not opts.bootstrap:
+        raise PeerError("a joiner needs --bootstrap (or found a run without it)")
+    peer, _ = split_peer_addr(opts.bootstrap[0])
+    cfg = HostConfig(listen_addrs=opts.listen, px_interval=0.0, dial_timeout=10.0)
+    async with open_host(create_new_key_pair(), cfg) as temp:
+        try:
+            await temp.dial(opts.bootstrap[0])
+            data = await fetch_manifest(temp, peer, expected_run_id=opts.expected_run_id)
+        except TransportError as exc:
+            raise PeerError(f"cannot get the run manifest from {peer}: {exc}") from exc
+    return RunSource(data, bootstrap_peer=peer)
+
+
+def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunManifest, *, self_id: str,
+                   founder: bool, metrics_url: str | None) -> None:
+    """The ``listening`` event: our addresses and the command others join with."""
+    run_id = manifest.run_id()
+    addrs = [f"{a}/p2p/{self_id}" for a in opts.announce] or [str(a) for a in host.addrs()]
+    command = f"distro-node join --bootstrap {addrs[0]} --run-id {run_id.hex()}"
+    m = manifest
+    extra = ""
+    if m.data.kind != "embedded":  # the file itself never travels: say which one a joiner needs
+        extra = (f" --data-path FILE\n  FILE: their copy of the {m.data.kind} file, "
+                 f"sha256 {m.data.sha256} ({m.data.size:,} B)")
+    out.emit(
+        "listening",
+        f"peer {self_id}\n  run {run_id.hex()} ({m.preset}, {m.strategy}, batch "
+        f"{m.batch_size}x{m.seq_len})\n  listening on {', '.join(addrs)}\n"
+        f"  others join with:\n    {command}{extra}"
+        + (f"\n  metrics at {metrics_url}" if metrics_url else ""),
+        peer_id=self_id, addrs=addrs, run_id=run_id.hex(), join_command=command,
+        founder=founder, metrics_url=metrics_url,
+    )
+
+
+class Startup:
+    def __init__(
+        self,
+        *,
+        self_id: str,
+        opts: PeerOptions,
+        out: Output,
+        trainer: Trainer,
+        cohort: GenesisCohort | None,
+        intake: GossipIntake,
+        sync: SyncContext,
+        changes: ChangeSignal,
+        compute_limit: trio.CapacityLimiter,
+    ) -> None:
+        self._self_id = self_id
+        self._opts = opts
+        self._out = out
+        self._trainer = trainer
+        self._cohort = cohort  # founders only
+        self._intake = intake
+        self._sync = sync
+        self._changes = changes
+        self._compute_limit = compute_limit
+
+    async def state(self, resume: Resume | None) -> SyncState:
+        """Founders wait for their genesis cohort; joiners sync from the swarm (genesis or mid-run)."""
+        if self._cohort is not None:
+            if resume is not None:
+                return await self._resumed(self._cohort, resume)
+            return await self._found(self._cohort)
+        try:
+            state, how = await sync_from_swarm(self._sync, genesis=True)
+        except JoinError as exc:
+            raise PeerError(str(exc)) from exc
+        await self._wait_heard(set(state.roster.eligible()), JOIN_HEAR_TIMEOUT)
+        self._out.emit("joined", f"joined at step {state.next_step} ({how})", step=state.next_step,
+                       genesis=how == "genesis", roster=len(state.roster), how=how,
+                       weights_hash=self._trainer.weights_hash.hex())
+        return state
+
+    async def _found(self, cohort: GenesisCohort) -> SyncState:
+        opts = self._opts
+        if not await cohort.gather(opts.startup_timeout):
+            raise PeerError(f"only {len(cohort.members)} of {opts.genesis_peers} genesis peers arrived")
+        state = SyncState(0, Roster.genesis(sorted(cohort.members)))
+        # Genesis weights come from the manifest's seed: cohort members build and check them locally.
+        cohort.publish(Snapshot.build(0, self._trainer.weights_hash, state, {"weights": b""}))
+        await self._wait_heard(set(state.roster.peers), opts.startup_timeout / 4)
+        self._out.emit("joined", f"founded run at step 0 with {len(cohort.members)} peer(s)", step=0,
+                       genesis=True, roster=len(cohort.members),
+                       weights_hash=self._trainer.weights_hash.hex())
+        return state
+
+    async def _resumed(self, cohort: GenesisCohort, resume: Resume) -> SyncState:
+        """A founder back from its checkpoint restarts the run alone at the saved step; everyone else joins
+        mid-run and syncs from it (the usual verified path: the founder is the whole active roster)."""
+        cohort.resume_alone()
+        heldout = await trio.to_thread.run_sync(self._trainer.heldout_loss, limiter=self._compute_limit)
+        self._out.emit("joined", f"resumed the run at step {resume.step} from {resume.checkpoint.path.name} "
+                       f"(held-out loss {heldout:.4f})", step=resume.step, genesis=False, roster=1,
+                       how="checkpoint", resumed=True, heldout_loss=heldout,
+                       weights_hash=self._trainer.weights_hash.hex())
+        return SyncState(resume.step, Roster.genesis([self._self_id]))
+
+    async def _wait_heard(self, peers: set[str], timeout: float) -> None:
+        """Until gossip from every one of ``peers`` reached us: then our mesh links exist both ways and
+        step 0's announcements will not be lost. Bounded: missing peers only cost a round deadline."""
+        with trio.move_on_after(timeout):
+            while not self._intake.heard_all(peers - {self._self_id}):
+                await self._changes.wait()
