@@ -5,10 +5,6 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast typecheck lint bench clean
 
-# mypy is part of `make test` only once protocol/ and node/ pass it: `make test TEST_TYPECHECK=yes` (or
-# changing the default here) switches it on; `make typecheck` runs it on its own meanwhile.
-TEST_TYPECHECK ?= no
-
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
@@ -21,9 +17,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-ifeq ($(TEST_TYPECHECK),yes)
 	$(VENV)/bin/mypy
-endif
 	$(VENV)/bin/pytest -q
 
 # The tests that need no network, no root and no long runs: the quick loop while editing.

@@ -9,7 +9,7 @@ never finishes round 0 is reported and retried (``--start-attempts``). What is c
 only (the stop at the end is not part of the soak):
 
 - transport errors: payload fetch attempts that failed (protocol/transfer.py) and payloads no holder
-  delivered (node/peer/node.py) -- both logged at DEBUG, so each daemon runs with the ``distro_node``
+  delivered (node/peer/fetcher.py) -- both logged at DEBUG, so each daemon runs with the ``distro_node``
   loggers at DEBUG on its stderr --, any WARNING or ERROR log line of ours or py-libp2p's (stuck gossip
   queue, failed publish, a stream that could not be opened, ...), payloads rejected at validation, and
   ``resync``/``abandoned``/``error`` events. Log lines are split at the moment every peer has finished
@@ -44,10 +44,10 @@ from _common import RESULTS_DIR, write_json
 from distro_node.node.cli.status_scrape import StatusError, scrape
 from distro_node.node.join_process import JoinCommandError, PeerProc, PeerWaitError, join_args
 
-# The daemon's own CLI with one prefixed stderr line per log record: its package loggers at DEBUG (payload
-# fetch failures are DEBUG records, and the node never configures logging itself) and py-libp2p's at the
-# level join sets (ERROR), not propagated so no other handler prints them twice. py-libp2p resets its
-# logger's handlers when imported, so it is imported first.
+# The daemon's own CLI with one prefixed stderr line per log record of its package loggers and py-libp2p's,
+# not propagated so join's own handler (node/logs.py) does not print them twice; join runs with
+# --log-level debug (payload fetch failures are DEBUG records), which keeps py-libp2p at ERROR. py-libp2p
+# resets its logger's handlers when imported, so it is imported first.
 _DEBUG_CLI = (
     "import logging, sys\n"
     "import libp2p\n"
@@ -60,10 +60,11 @@ _DEBUG_CLI = (
     "sys.exit(main(sys.argv[1:]))\n"
 )
 CLI = [sys.executable, "-c", _DEBUG_CLI]
+_LOGGING = ["--log-format", "json", "--log-level", "debug"]
 # stderr lines that are transport errors, by kind; any other WARNING/ERROR record or traceback counts too.
 _PATTERNS = {
     "fetch_attempt_failed": re.compile(r"^soaklog DEBUG \S*transfer: fetch of \S+ from \S+ failed"),
-    "payload_not_fetched": re.compile(r"^soaklog DEBUG \S*node: fetch failed"),
+    "payload_not_fetched": re.compile(r"^soaklog DEBUG \S+: fetch failed"),
     "warning_or_error_log": re.compile(r"^soaklog (WARNING|ERROR|CRITICAL) "),
     "traceback": re.compile(r"^Traceback "),
 }
@@ -90,8 +91,7 @@ def rss_mb(pid: int) -> float | None:
 
 def start_swarm(n: int, run_args: list[str], log_dir: Path, wait_s: float) -> list[PeerProc]:
     """A founder waiting for ``n`` genesis peers and ``n - 1`` joiners running the command it prints."""
-    founder = PeerProc([*CLI, "join", *run_args, "--genesis-peers", str(n), "--log-format", "json"], "peer0",
-                       log_dir)
+    founder = PeerProc([*CLI, "join", *run_args, "--genesis-peers", str(n), *_LOGGING], "peer0", log_dir)
     peers = [founder]
     try:
         listening = founder.wait_for(lambda e: e.get("event") == "listening", wait_s, "listening line")
@@ -105,7 +105,7 @@ def start_swarm(n: int, run_args: list[str], log_dir: Path, wait_s: float) -> li
         founder.reap()
         raise SoakError(str(exc)) from None
     for i in range(1, n):
-        peers.append(PeerProc([*CLI, "join", *args, "--log-format", "json"], f"peer{i}", log_dir))
+        peers.append(PeerProc([*CLI, "join", *args, *_LOGGING], f"peer{i}", log_dir))
     return peers
 
 

@@ -4,8 +4,9 @@ Why here and not left to each library: py-libp2p logs routine events (a stream c
 protocol the peer does not speak) at WARNING and ERROR, often with a full traceback, so an unconfigured
 daemon printed multi-line stacks that looked like crashes, in plain text even when the operator asked for
 JSON. So every record, ours and third-party, goes through the one handler installed here; third-party
-records are held to ``ERROR`` and shown without their traceback unless the level is ``debug`` (a volunteer
-asking for debug output wants everything). Our own records keep their tracebacks: they are real faults.
+records are held to ``ERROR`` whatever the level (py-libp2p at DEBUG or INFO is thousands of lines a minute
+that say nothing about our run) and shown without their traceback unless the level is ``debug``. Our own
+records keep their tracebacks: they are real faults.
 
 stdout stays the daemon's event stream (one step line or JSON object per event, node/peer/output.py); log
 records go to stderr, so tools reading events never see a log line.
@@ -110,9 +111,8 @@ def configure_logging(level: str, fmt: str, stream: TextIO | None = None) -> log
     numeric = LEVELS[level]
     root.setLevel(numeric)
     logging.getLogger(OUR_LOGGER).setLevel(numeric)
-    third_party = numeric if numeric == logging.DEBUG else max(numeric, logging.ERROR)
     for name in NOISY:
-        logging.getLogger(name).setLevel(third_party)
+        logging.getLogger(name).setLevel(max(numeric, logging.ERROR))
     stream_failures = logging.getLogger(_STREAM_FAILURE_LOGGER)
     if not any(isinstance(f, _HandledByUs) for f in stream_failures.filters):
         stream_failures.addFilter(_HandledByUs())

@@ -23,16 +23,20 @@ from types import TracebackType
 from wsgiref.simple_server import WSGIServer
 
 from distro_node.compression.errors import REASONS
+from distro_node.protocol.codec import CODEC_ERROR_REASONS
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 from prometheus_client.process_collector import ProcessCollector
 
 from distro_node import __version__
 
-__all__ = ["OUTCOMES", "PHASES", "REASONS", "MetricsError", "MetricsServer", "NodeMetrics"]
+__all__ = ["GOSSIP_REASONS", "OUTCOMES", "PHASES", "REASONS", "MetricsError", "MetricsServer", "NodeMetrics"]
 
 PREFIX = "distro"
 # Phases of one training step, in order; "sync" is fetching weights from peers (join or resync).
 PHASES: tuple[str, ...] = ("data", "compute", "prepare", "exchange", "apply", "checkpoint", "sync")
+# Why a gossip message was refused before the round machine saw it: its sender is banned, or the codec's
+# reason (malformed bytes, wrong run, an author other than the signer, ...).
+GOSSIP_REASONS: tuple[str, ...] = ("banned", *CODEC_ERROR_REASONS)
 # How a round closed: every expected payload arrived, or the deadline cut it short.
 OUTCOMES: tuple[str, ...] = ("complete", "deadline")
 # Step times range from milliseconds (tiny preset, loopback) to minutes (1.2B over a WAN).
@@ -101,6 +105,10 @@ class NodeMetrics:
             f"{PREFIX}_payloads_rejected", "Peer payloads rejected at validation, by reason", ["reason"],
             registry=r,
         )
+        self._gossip_rejected = Counter(
+            f"{PREFIX}_gossip_rejected", "Gossip messages refused before the round machine, by reason",
+            ["reason"], registry=r,
+        )
         self._banned = Counter(f"{PREFIX}_peers_banned", "Peers excluded for misbehaviour", registry=r)
         # Scores are in [-1, 1] (agreement) or unbounded below (reputation), so neither is a _ratio.
         self._agreement_min = Gauge(
@@ -139,6 +147,8 @@ class NodeMetrics:
             self._phase_seconds.labels(phase=phase)
         for reason in REASONS:
             self._rejected.labels(reason=reason)
+        for reason in GOSSIP_REASONS:
+            self._gossip_rejected.labels(reason=reason)
         for outcome in OUTCOMES:
             self._rounds.labels(outcome=outcome)
         if process_metrics:
@@ -183,6 +193,9 @@ class NodeMetrics:
     def rejected(self, reason: str, count: int = 1) -> None:
         """A payload failed validation; ``reason`` is a ``PayloadError.reason`` (one of ``REASONS``)."""
         self._rejected.labels(reason=_choice("reason", reason, REASONS)).inc(_count("count", count))
+
+    def gossip_rejected(self, reason: str) -> None:
+        self._gossip_rejected.labels(reason=_choice("reason", reason, GOSSIP_REASONS)).inc()
 
     def peer_banned(self, count: int = 1) -> None:
         self._banned.inc(_count("count", count))

@@ -480,7 +480,9 @@ def _build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
     # (soak: 252 failed dials on the bootstrap peer in 200 rounds). Its target is the midpoint of the
     # watermarks, which no ConnectionConfig can set to "never" without also pruning every connection, so
     # its check is replaced on this host's instance; peer exchange does our dialing.
-    host.get_network().auto_connector.maybe_connect = _no_auto_dials  # type: ignore[attr-defined]
+    connector = getattr(host.get_network(), "auto_connector", None)  # the swarm's, not in INetwork
+    if connector is not None:
+        connector.maybe_connect = _no_auto_dials
     return host
 
 

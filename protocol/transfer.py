@@ -21,6 +21,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Protocol
 
 import trio
 from libp2p.abc import INetStream
@@ -46,6 +47,17 @@ from .store import DIGEST_BYTES, PayloadStore
 from .wire import READ_CHUNK, ShortReadError, read_exactly, reset_quietly, write_reply
 
 logger = logging.getLogger(__name__)
+
+
+class ServedPayloads(Protocol):
+    """What the server reads: a run's payloads by (step, hash). A :class:`PayloadStore`, or a view of one
+    that also counts the bytes handed out."""
+
+    @property
+    def run_id(self) -> bytes: ...
+
+    def get(self, step: int, digest: bytes) -> bytes | None: ...
+
 
 PAYLOAD_PROTOCOL = TProtocol("/distro/payload/1.0.0")
 REQUEST_VERSION = 1
@@ -124,7 +136,7 @@ class TransferConfig:
 class PayloadServer:
     """Serves every payload in ``store`` to any peer that asks by (run, step, hash)."""
 
-    def __init__(self, host: P2PHost, store: PayloadStore, config: TransferConfig | None = None) -> None:
+    def __init__(self, host: P2PHost, store: ServedPayloads, config: TransferConfig | None = None) -> None:
         self.host = host
         self.store = store
         self.config = config or TransferConfig()

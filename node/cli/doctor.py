@@ -15,7 +15,7 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from distro_node.node.cli.common import UsageError, config_path, positive
 from distro_node.node.config.load import ConfigFieldError, ConfigLoadError, NodeConfig, load_config
@@ -29,7 +29,6 @@ from distro_node.node.doctor.payload import budget, check_payload, check_step_ti
 from distro_node.node.doctor.report import FAIL, PASS, Check, render_text, report_dict
 from distro_node.node.model import param_count
 from distro_node.node.presets import PRESETS, preset
-from distro_node.optimizer.config import StrategyConfig
 
 DEFAULT_PEERS = 8
 DEFAULT_UPLINK_MBIT = 10.0
@@ -159,8 +158,7 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
     config, config_check, where = load_checked(args)
     run_cfg = config.run
     model = preset(run_cfg.model)
-    # RunConfig.check always replaces None with the strategy's typed defaults; the annotation cannot say so.
-    settings = cast(StrategyConfig, run_cfg.strategy_settings)
+    settings = run_cfg.strategy_config
     checks = [config_check]
 
     info = device_info(config.device)

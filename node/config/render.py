@@ -88,7 +88,7 @@ def _section(lines: list[str], name: str, section: Section, doc: str) -> None:
         _plain_table(
             lines,
             f"{name}.strategy_settings",
-            asdict(section.strategy_settings),  # type: ignore[arg-type]
+            asdict(section.strategy_config),
             f"settings of strategy {section.strategy!r} (see optimizer/config.py); unknown keys are errors",
         )
 

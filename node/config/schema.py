@@ -212,6 +212,14 @@ class RunConfig(Section):
         self._range("grad_clip", 0.0, 1e9)
         self._range("seed", 0, 2**63 - 1)
 
+    @property
+    def strategy_config(self) -> StrategyConfig:
+        """The typed strategy settings. :meth:`check` always builds them; the field admits None only as an
+        input ("the strategy's defaults")."""
+        if self.strategy_settings is None:
+            raise self._fail("strategy_settings", "not built (RunConfig.check did not run)")
+        return self.strategy_settings
+
     def digest(self) -> str:
         """sha256 (hex) of the canonical JSON of every run setting: a checkpoint or a peer with another digest
         belongs to a different run."""

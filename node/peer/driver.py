@@ -1,6 +1,6 @@
 """The one executor of the round machine's actions, and the holder of the machine itself.
 
-The round machine (protocol/rounds.py) is pure: events in, actions out. Everything that feeds it goes
+The round machine (protocol/consensus/) is pure: events in, actions out. Everything that feeds it goes
 through :meth:`RoundDriver.feed` or hands its actions to :meth:`RoundDriver.handle`, so every action kind is
 carried out in one place whoever caused it: publishing goes to the ordered outbox, fetches to the fetcher
 (one task each), and what the training loop must act on (a decided list, a resync, the peers a list left
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import trio
-from distro_node.protocol.round_actions import (
+from distro_node.protocol.consensus import (
     Action,
     ApplyInclusionList,
     FetchPayload,
@@ -20,14 +20,11 @@ from distro_node.protocol.round_actions import (
     MembershipChanged,
     PeerMissed,
     Penalize,
-    PublishInclusionList,
-    PublishStatus,
-    PublishVote,
-    Reannounce,
+    Publish,
     ResyncNeeded,
+    RoundMachine,
     RoundStalled,
 )
-from distro_node.protocol.rounds import RoundMachine
 
 from .changes import ChangeSignal
 from .fetcher import Fetcher, FetchResult
@@ -84,14 +81,8 @@ class RoundDriver:
         for a in actions:
             if isinstance(a, FetchPayload):
                 self._nursery.start_soon(self._fetch, a)
-            elif isinstance(a, PublishInclusionList):
-                self._outbox.publish(a.inclusion_list)
-            elif isinstance(a, PublishVote):
-                self._outbox.publish(a.vote)
-            elif isinstance(a, PublishStatus):
-                self._outbox.publish(a.status)
-            elif isinstance(a, Reannounce):
-                self._outbox.publish(a.announcement)
+            elif isinstance(a, Publish):
+                self._outbox.publish(a.message)
             elif isinstance(a, ApplyInclusionList):
                 decisions.applies[a.step] = a
             elif isinstance(a, ResyncNeeded):

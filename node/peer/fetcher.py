@@ -11,9 +11,9 @@ import logging
 
 import trio
 from distro_node.compression.errors import PayloadError
+from distro_node.protocol.consensus import FetchPayload
 from distro_node.protocol.errors import TransportError
 from distro_node.protocol.host import P2PHost
-from distro_node.protocol.round_actions import FetchPayload
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.transfer import PayloadRequest, TransferConfig, fetch_payload
 from libp2p.peer.id import ID
@@ -25,7 +25,7 @@ from .trainer import Trainer
 
 # bench/soak.py counts undelivered payloads by this record's logger name (`...node: fetch failed`), which
 # dates from before node.py was split; it stays until the bench matches on the message alone.
-logger = logging.getLogger("distro_node.node.peer.node")
+logger = logging.getLogger(__name__)
 
 
 class FetchResult(enum.Enum):
@@ -81,7 +81,7 @@ class Fetcher:
 
     async def _fetch_once(self, a: FetchPayload, key: PayloadKey) -> FetchResult:
         preferred = [ID.from_base58(s) for s in a.sources]
-        others = sorted(self._host.connected_peers() - set(preferred), key=str)
+        others = sorted(self._host.member_peers() - set(preferred), key=str)
         cached = self._store.get(a.step, a.payload_hash)
         try:
             data = cached if cached is not None else await fetch_payload(

@@ -29,11 +29,7 @@ from distro_node.protocol.gossip import GossipMessage
 from distro_node.protocol.messages import (
     Announcement,
     Goodbye,
-    Heartbeat,
-    InclusionList,
     Message,
-    Status,
-    Vote,
 )
 from libp2p.peer.id import ID
 
@@ -173,21 +169,8 @@ class GossipIntake:
         m = self._driver.machine
         if m is None:
             return
-        now = trio.current_time()
-        if isinstance(msg, Announcement):
-            actions = m.on_announcement(msg, now)
-        elif isinstance(msg, InclusionList):
-            actions = m.on_inclusion_list(msg, now)
-        elif isinstance(msg, Vote):
-            actions = m.on_vote(msg, now)
-        elif isinstance(msg, Status):
-            actions = m.on_status(msg, now)
-        elif isinstance(msg, Heartbeat):
-            actions = m.on_heartbeat(msg, now)
-        elif isinstance(msg, Goodbye):
-            actions = m.on_goodbye(msg, now)
+        actions = m.on_message(msg, trio.current_time())
+        if isinstance(msg, Goodbye):
             self._out.emit("goodbye", f"peer {msg.peer_id[-8:]} left at step {msg.step}", peer=msg.peer_id,
                            step=msg.step)
-        else:
-            return
         self._driver.handle(actions)

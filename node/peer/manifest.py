@@ -31,7 +31,7 @@ from distro_node.compression.wire import max_encoded_nbytes
 from distro_node.node.config.schema import NetworkConfig, RoundsConfig, RunConfig
 from distro_node.optimizer.errors import ConfigError
 from distro_node.optimizer.registry import STRATEGIES, make_config
-from distro_node.protocol.round_config import RoundConfig, RoundConfigError
+from distro_node.protocol.consensus import RoundConfig, RoundConfigError
 
 from ..presets import UnknownPresetError, preset
 

@@ -16,13 +16,12 @@ from functools import partial
 
 import trio
 from distro_node.node.checkpoint.store import CheckpointError, CheckpointStore
+from distro_node.protocol.consensus import RoundConfig, RoundMachine
 from distro_node.protocol.errors import TransportError
 from distro_node.protocol.gossip import GossipConfig, open_gossip
 from distro_node.protocol.host import HostConfig, P2PHost, open_host
 from distro_node.protocol.identity import load_or_create_identity
 from distro_node.protocol.manifest_rpc import install_manifest_server
-from distro_node.protocol.round_config import RoundConfig
-from distro_node.protocol.rounds import RoundMachine
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.sync import StateServer
 from distro_node.protocol.transfer import PayloadServer, TransferConfig
@@ -83,7 +82,7 @@ class PeerNode:
         self.out = Output(options.log_format)
         self.founder = options.manifest is not None
         self.bans = PeerBans()  # for the whole process: a banned peer that reconnects stays banned
-        self._ckpt_store = (CheckpointStore(options.checkpoint_dir, keep_last=options.checkpoint_keep)
+        self._ckpt_store = (CheckpointStore(options.checkpoint_dir, keep_last=options.checkpoint.keep_last)
                             if options.checkpoint_dir is not None else None)
         self._changes = ChangeSignal()
         self._compute_limit = trio.CapacityLimiter(1)  # one torch call at a time: the model is shared
@@ -92,8 +91,10 @@ class PeerNode:
     async def run(self) -> int:
         opts = self.opts
         key = load_or_create_identity(opts.key_file) if opts.key_file else create_new_key_pair()
-        host_cfg = HostConfig(listen_addrs=opts.listen, announce_addrs=opts.announce, px_interval=1.0,
-                              px_timeout=5.0, dial_timeout=10.0)
+        net = opts.network
+        host_cfg = HostConfig(listen_addrs=net.listen, announce_addrs=net.announce_addrs,
+                              px_interval=net.peer_exchange_seconds, max_peers=net.max_peers, px_timeout=5.0,
+                              dial_timeout=10.0)
         try:
             source = await obtain_manifest(opts, self._ckpt_store, self.out)
         except PeerError as exc:
@@ -127,22 +128,22 @@ class PeerNode:
                 self.out.emit("error", f"error: cannot resume: {exc}", reason=str(exc))
                 return None
         telemetry = None
-        if opts.metrics_host is not None:
+        if opts.metrics.enabled:
             try:
-                telemetry = Telemetry(opts.metrics_host, opts.metrics_port, trainer.dense_bf16_bytes(),
+                telemetry = Telemetry(opts.metrics.host, opts.metrics.port, trainer.dense_bf16_bytes(),
                                       manifest.batch_size * manifest.seq_len)
             except OSError as exc:
                 self.out.emit("error", f"error: metrics.port: cannot serve /metrics on "
-                              f"{opts.metrics_host}:{opts.metrics_port}: {exc}", reason=str(exc))
+                              f"{opts.metrics.host}:{opts.metrics.port}: {exc}", reason=str(exc))
                 return None
             cleanup.callback(telemetry.stop)
         cap = payload_cap(trainer.spec)
-        round_config = manifest.round_config(cap)
+        round_config = manifest.round_config(cap, opts.network)
         window = round_config.history_steps + round_config.max_future_steps + 2
         store = PayloadStore(run_id, window_steps=window)
         counters = ByteCounters()
         transfer = TransferConfig(max_payload_bytes=cap, attempt_timeout=20.0)
-        server = PayloadServer(host, CountingStore(store, counters), transfer)  # type: ignore[arg-type]
+        server = PayloadServer(host, CountingStore(store, counters), transfer)
         server.install()
         return _Run(host, self_id, manifest, run_id, trainer, telemetry, round_config, store, transfer,
                     server, counters)
@@ -150,7 +151,8 @@ class PeerNode:
     async def _serve(self, run: _Run, source: RunSource) -> int:
         """Join the gossip, start every task, get our starting state, train, leave."""
         opts, out, changes, host = self.opts, self.out, self._changes, run.host
-        decoder = GossipDecoder(self_id=run.self_id, run_id=run.run_id, bans=self.bans)
+        counted = run.telemetry.gossip_rejected if run.telemetry is not None else None
+        decoder = GossipDecoder(self_id=run.self_id, run_id=run.run_id, bans=self.bans, on_rejected=counted)
         gossip_cfg = GossipConfig(publish_timeout=5.0)
         async with (
             open_gossip(host, run.run_id, validator=decoder.validate, config=gossip_cfg) as gossip,
@@ -186,8 +188,8 @@ class PeerNode:
             startup = Startup(self_id=run.self_id, opts=opts, out=out, trainer=run.trainer, cohort=cohort,
                               intake=intake, sync=sync, changes=changes, compute_limit=self._compute_limit)
             try:
-                if opts.bootstrap:
-                    await host.bootstrap(list(opts.bootstrap))
+                if opts.network.bootstrap:
+                    await host.bootstrap(list(opts.network.bootstrap))
                 state = await startup.state(source.resume)
             except (PeerError, TransportError) as exc:
                 out.emit("error", f"error: {exc}", reason=str(exc))
@@ -197,7 +199,7 @@ class PeerNode:
             driver.start(machine)
             intake.release()
             nursery.start_soon(driver.run_timer)
-            checkpointer = Checkpointer(store=self._ckpt_store, every=opts.checkpoint_every,
+            checkpointer = Checkpointer(store=self._ckpt_store, every=opts.checkpoint.every_steps,
                                         trainer=run.trainer, out=out, telemetry=run.telemetry,
                                         compute_limit=self._compute_limit,
                                         saved_step=source.resume.step if source.resume is not None else -1)

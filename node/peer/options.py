@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config.schema import CheckpointConfig, MetricsConfig, NetworkConfig
 from ..faults import FaultSpec
 from .local import LocalSettings
 from .manifest import RunManifest
@@ -19,11 +20,17 @@ class PeerError(RuntimeError):
 
 @dataclass(frozen=True)
 class PeerOptions:
+    """The node config's sections as loaded (one source of every operator setting), the paths join derived
+    from them, this process's own flags, and internal pacing that is not an operator's choice."""
+
     manifest: RunManifest | None = None  # founders: the run to create; joiners: None (fetched)
-    bootstrap: tuple[str, ...] = ()
     expected_run_id: bytes | None = None
-    listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
-    announce: tuple[str, ...] = ()  # advertised instead of the bound addresses (NAT, containers)
+    # [network]: listen, bootstrap (empty: found a run), announce, peer exchange and round pacing.
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    # [metrics]: enabled=False serves no /metrics endpoint.
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # [checkpoint]: how often and how many; where is checkpoint_dir below.
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     key_file: Path | None = None
     data_dir: Path | None = None
     steps: int | None = None  # stop (gracefully) after applying this many steps in total
@@ -36,11 +43,7 @@ class PeerOptions:
     linger: float = 1.0
     linger_max: float = 30.0
     max_state_bytes: int = 1 << 30
-    metrics_host: str | None = None  # None: no /metrics endpoint
-    metrics_port: int = 0
     checkpoint_dir: Path | None = None  # None: no checkpoints (and no resume)
-    checkpoint_every: int = 100
-    checkpoint_keep: int = 3
     # Benchmark knob only (bench/overlap.py): seconds to hold our own announcement back after the payload is
     # ready, as if uploading it took that long. It stands in for a slow link on loopback; 0 in real runs.
     comm_delay: float = 0.0

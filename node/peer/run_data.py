@@ -20,6 +20,7 @@ from ..data import (
     text_source,
     token_file_source,
 )
+from ..data.files import TokenDtype
 from .local import LocalSetupError
 from .manifest import DataSpec
 
@@ -39,7 +40,12 @@ def founder_data_spec(data: DataConfig) -> DataSpec:
         sha256, size = file_fingerprint(data.path)
         dtype = ""
         if data.kind == "tokens":
-            dtype = resolve_token_dtype(data.path, None if data.token_dtype == "auto" else data.token_dtype)
+            asked: TokenDtype | None = None
+            if data.token_dtype == "uint16":
+                asked = "uint16"
+            elif data.token_dtype == "uint32":
+                asked = "uint32"
+            dtype = resolve_token_dtype(data.path, asked)
     except DataError as exc:
         raise LocalSetupError(PATH_FIELD, str(exc)) from None
     return DataSpec(kind=data.kind, sha256=sha256, size=size, token_dtype=dtype,
@@ -66,8 +72,8 @@ def open_run_source(spec: DataSpec, data_seed: int, path: Path | None, vocab_siz
             if spec.kind == "text":
                 source = text_source(path, eval_fraction=spec.eval_fraction)
             else:
-                dtype = "uint16" if spec.token_dtype == "uint16" else "uint32"
-                source = token_file_source(path, vocab_size=vocab_size, dtype=dtype,
+                width: TokenDtype = "uint16" if spec.token_dtype == "uint16" else "uint32"
+                source = token_file_source(path, vocab_size=vocab_size, dtype=width,
                                            eval_fraction=spec.eval_fraction)
         except DataError as exc:
             raise LocalSetupError(PATH_FIELD, str(exc)) from None

@@ -57,13 +57,13 @@ async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None,
                 out.emit("resume", why, step=resume.step, run_id=resume.manifest.run_id().hex())
                 return RunSource(resume.manifest.to_bytes(), resume=resume)
         return RunSource(opts.manifest.to_bytes())
-    if not opts.bootstrap:
+    if not opts.network.bootstrap:
         raise PeerError("a joiner needs --bootstrap (or found a run without it)")
-    peer, _ = split_peer_addr(opts.bootstrap[0])
-    cfg = HostConfig(listen_addrs=opts.listen, px_interval=0.0, dial_timeout=10.0)
+    peer, _ = split_peer_addr(opts.network.bootstrap[0])
+    cfg = HostConfig(listen_addrs=opts.network.listen, px_interval=0.0, dial_timeout=10.0)
     async with open_host(create_new_key_pair(), cfg) as temp:
         try:
-            await temp.dial(opts.bootstrap[0])
+            await temp.dial(opts.network.bootstrap[0])
             data = await fetch_manifest(temp, peer, expected_run_id=opts.expected_run_id)
         except TransportError as exc:
             raise PeerError(f"cannot get the run manifest from {peer}: {exc}") from exc
@@ -74,7 +74,7 @@ def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunM
                    founder: bool, metrics_url: str | None) -> None:
     """The ``listening`` event: our addresses and the command others join with."""
     run_id = manifest.run_id()
-    addrs = [f"{a}/p2p/{self_id}" for a in opts.announce] or [str(a) for a in host.addrs()]
+    addrs = [f"{a}/p2p/{self_id}" for a in opts.network.announce_addrs] or [str(a) for a in host.addrs()]
     command = f"distro-node join --bootstrap {addrs[0]} --run-id {run_id.hex()}"
     m = manifest
     extra = ""

@@ -102,7 +102,7 @@ def _donor_candidates(ctx: SyncContext, first: ID | None) -> list[ID]:
     as we are and hold their answer until a step boundary they cannot reach, and a sync waits for every
     donor it asked: one such donor cost each attempt ~30 s."""
     m = ctx.round_view()
-    peers = sorted(ctx.host.connected_peers(), key=str)
+    peers = sorted(ctx.host.member_peers(), key=str)
     if m is not None:
         steps = {p: m.liveness.highest_step(str(p)) for p in peers}
         known = [h for h in steps.values() if h is not None]

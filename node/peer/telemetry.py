@@ -80,6 +80,9 @@ class Telemetry:
     def rejected(self, reason: str) -> None:
         self.metrics.rejected(reason)
 
+    def gossip_rejected(self, reason: str) -> None:
+        self.metrics.gossip_rejected(reason)
+
     def round_scored(self, scored: RoundScores, lowest_score: float | None) -> None:
         """An applied round went through the ban keeper: its agreement figures, and any new bans."""
         if scored.bans:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 import trio
-from distro_node.protocol.rounds import RoundMachine
+from distro_node.protocol.consensus import RoundMachine
 
 from .announcer import Announcer
 from .changes import ChangeSignal

@@ -133,16 +133,17 @@ def _pid_alive(pid: int) -> bool:
 def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
     """One stdout line of ``proc`` within ``timeout`` seconds (a reader thread: readline cannot time out)."""
     lines: queue.Queue[str] = queue.Queue()
+    argv = [str(a) for a in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
     stream = proc.stdout
     if stream is None:
-        raise NetnsError(proc.args, "stdout not captured")  # type: ignore[arg-type]
+        raise NetnsError(argv, "stdout not captured")
     threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
     try:
         line = lines.get(timeout=timeout)
     except queue.Empty:
-        raise NetnsError(proc.args, f"no output within {timeout:.0f}s") from None  # type: ignore[arg-type]
+        raise NetnsError(argv, f"no output within {timeout:.0f}s") from None
     if not line:
-        raise NetnsError(proc.args, f"exited (rc={proc.poll()}) without output")  # type: ignore[arg-type]
+        raise NetnsError(argv, f"exited (rc={proc.poll()}) without output")
     return line
 
 

@@ -58,63 +58,6 @@ class Publish:
     message: Published
 
 
-# The daemon's driver still matches on the four action types that preceded Publish and reads their old
-# fields; until it matches on Publish, the machine emits these subclasses (through publish()), each one a
-# Publish. Compare actions by type and message, not by ==: Publish(v) != PublishVote(v).
-
-
-# compat: removed once node/ uses consensus
-@dataclass(frozen=True)
-class PublishInclusionList(Publish):
-    message: InclusionList
-
-    @property
-    def inclusion_list(self) -> InclusionList:
-        return self.message
-
-
-# compat: removed once node/ uses consensus
-@dataclass(frozen=True)
-class PublishVote(Publish):
-    message: Vote
-
-    @property
-    def vote(self) -> Vote:
-        return self.message
-
-
-# compat: removed once node/ uses consensus
-@dataclass(frozen=True)
-class PublishStatus(Publish):
-    message: Status
-
-    @property
-    def status(self) -> Status:
-        return self.message
-
-
-# compat: removed once node/ uses consensus
-@dataclass(frozen=True)
-class Reannounce(Publish):
-    message: Announcement
-
-    @property
-    def announcement(self) -> Announcement:
-        return self.message
-
-
-# compat: removed once node/ uses consensus (then the rules emit Publish(message) themselves)
-def publish(message: Published) -> Publish:
-    """The :class:`Publish` for ``message``, as the old action type the daemon's driver matches on."""
-    if isinstance(message, InclusionList):
-        return PublishInclusionList(message)
-    if isinstance(message, Vote):
-        return PublishVote(message)
-    if isinstance(message, Status):
-        return PublishStatus(message)
-    return Reannounce(message)
-
-
 @dataclass(frozen=True)
 class ApplyInclusionList:
     """Aggregate exactly these payloads (all fetched and validated) for ``step``; emitted in step order.

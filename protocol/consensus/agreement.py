@@ -21,7 +21,7 @@ from collections import Counter
 
 from ..membership import Roster
 from ..messages import InclusionList, Vote
-from .actions import Action, MembershipChanged, PeerMissed, Penalize, publish
+from .actions import Action, MembershipChanged, PeerMissed, Penalize, Publish
 from .bans import Bans
 from .context import Local
 from .epochs import collection_complete, collection_over
@@ -75,7 +75,7 @@ def vote(rnd: RoundState, roster: Roster, bans: Bans, me: Local, out: list[Actio
     rnd.my_vote = best
     rnd.note_vote(me.self_id, best)
     me.counters.count("votes_cast")
-    out.append(publish(Vote(me.config.run_id, rnd.step, best[0], me.self_id, best[1])))
+    out.append(Publish(Vote(me.config.run_id, rnd.step, best[0], me.self_id, best[1])))
 
 
 def try_decide(rnd: RoundState, roster: Roster, window: StepWindow, me: Local, out: list[Action]) -> bool:
@@ -157,5 +157,5 @@ def maybe_propose(
     rnd.checked.add((epoch, me.self_id))
     rnd.contents.setdefault(digest, lst)
     me.counters.count("lists_published")
-    out.append(publish(lst))
+    out.append(Publish(lst))
     return True

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..membership import Roster
 from ..messages import Status
-from .actions import Action, RoundStalled, publish
+from .actions import Action, Publish, RoundStalled
 from .context import Local
 from .round_state import RoundState, designated_leader
 
@@ -141,7 +141,7 @@ def enter_epoch(rnd: RoundState, epoch: int, me: Local, out: list[Action]) -> No
         return
     voted_epoch, voted_digest = rnd.my_vote if rnd.my_vote is not None else (-1, None)
     rnd.statuses[me.self_id] = epoch
-    out.append(publish(Status(me.config.run_id, rnd.step, epoch, me.self_id, voted_epoch, voted_digest)))
+    out.append(Publish(Status(me.config.run_id, rnd.step, epoch, me.self_id, voted_epoch, voted_digest)))
 
 
 def check_stall(rnd: RoundState, order: tuple[str, ...], epoch: int, me: Local, out: list[Action]) -> None:
@@ -160,4 +160,4 @@ def check_stall(rnd: RoundState, order: tuple[str, ...], epoch: int, me: Local, 
         rnd.last_reannounce is None or me.now - rnd.last_reannounce >= me.config.reannounce_interval
     ):
         rnd.last_reannounce = me.now
-        out.append(publish(rnd.own))
+        out.append(Publish(rnd.own))

@@ -16,7 +16,7 @@ from collections import Counter
 
 from ..membership import Roster
 from ..messages import InclusionList, Status, Vote
-from .actions import Action, ListConflict, publish
+from .actions import Action, ListConflict, Publish
 from .context import Local
 from .leader_rank import leader_order
 from .progress import Resyncs
@@ -40,7 +40,7 @@ def on_decided_proposal(
             rnd.my_vote = (lst.epoch, digest)
             rnd.note_vote(me.self_id, rnd.my_vote)
             me.counters.count("votes_cast")
-            out.append(publish(Vote(me.config.run_id, rnd.step, lst.epoch, me.self_id, digest)))
+            out.append(Publish(Vote(me.config.run_id, rnd.step, lst.epoch, me.self_id, digest)))
         else:
             me.counters.count("duplicate_list")
     elif lst.epoch > rnd.decided_epoch:
@@ -95,8 +95,8 @@ def answer_laggard(
     rnd.answered_at = me.now
     if rnd.my_vote is not None:
         epoch = max(status.epoch, rnd.my_vote[0] + 1)
-        out.append(publish(Status(me.config.run_id, rnd.step, epoch, me.self_id, *rnd.my_vote)))
+        out.append(Publish(Status(me.config.run_id, rnd.step, epoch, me.self_id, *rnd.my_vote)))
     order = leader_order(me.config.run_id, rnd.step, roster.eligible())
     if designated_leader(order, status.epoch) == me.self_id and rnd.proposed_epoch < status.epoch:
         rnd.proposed_epoch = status.epoch
-        out.append(publish(dataclasses.replace(rnd.decided, epoch=status.epoch, leader=me.self_id)))
+        out.append(Publish(dataclasses.replace(rnd.decided, epoch=status.epoch, leader=me.self_id)))

@@ -181,25 +181,6 @@ class RoundMachine:
             return False
         return True  # a heartbeat or goodbye: admission recorded all it says
 
-    # compat: removed once node/ uses consensus (the six per-type entry points before on_message)
-    def on_announcement(self, ann: Announcement, now: float) -> list[Action]:
-        return self.on_message(ann, now)
-
-    def on_inclusion_list(self, lst: InclusionList, now: float) -> list[Action]:
-        return self.on_message(lst, now)
-
-    def on_vote(self, vote: Vote, now: float) -> list[Action]:
-        return self.on_message(vote, now)
-
-    def on_status(self, status: Status, now: float) -> list[Action]:
-        return self.on_message(status, now)
-
-    def on_heartbeat(self, hb: Heartbeat, now: float) -> list[Action]:
-        return self.on_message(hb, now)
-
-    def on_goodbye(self, gb: Goodbye, now: float) -> list[Action]:
-        return self.on_message(gb, now)
-
     # ----------------------------------------------------------------- inputs: local
 
     def on_local_announcement(self, ann: Announcement, now: float) -> list[Action]:

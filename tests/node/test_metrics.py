@@ -11,7 +11,14 @@ import urllib.request
 import prometheus_client
 import pytest
 from distro_node.compression.errors import REASONS
-from distro_node.node.metrics import OUTCOMES, PHASES, MetricsError, MetricsServer, NodeMetrics
+from distro_node.node.metrics import (
+    GOSSIP_REASONS,
+    OUTCOMES,
+    PHASES,
+    MetricsError,
+    MetricsServer,
+    NodeMetrics,
+)
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from promtool import require_promtool
@@ -30,7 +37,8 @@ REQUIRED = {
     "distro_rounds_total",
     "distro_build_info",
 }
-ALLOWED_LABELS = {"phase": set(PHASES), "reason": set(REASONS), "outcome": set(OUTCOMES), "version": None}
+ALLOWED_LABELS = {"phase": set(PHASES), "reason": set(REASONS) | set(GOSSIP_REASONS),
+                  "outcome": set(OUTCOMES), "version": None}
 
 
 def busy_metrics() -> NodeMetrics:

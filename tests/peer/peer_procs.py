@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from distro_node.node.join_process import CHILD_ENV, CLI, Event, PeerProc, join_args
-from distro_node.protocol.leader_rank import leader_order
+from distro_node.protocol.consensus import leader_order
 
 __all__ = ["CHILD_ENV", "CLI", "Event", "PeerProc", "Procs", "assert_identical", "leader"]
 

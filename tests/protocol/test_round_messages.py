@@ -6,6 +6,7 @@ import hashlib
 from typing import Any
 
 import pytest
+from distro_node.protocol.consensus import RoundConfig, RoundConfigError
 from distro_node.protocol.messages import (
     MAX_LIST_PEERS,
     Announcement,
@@ -17,7 +18,6 @@ from distro_node.protocol.messages import (
     Vote,
     message_from_dict,
 )
-from distro_node.protocol.round_config import RoundConfig, RoundConfigError
 
 RUN = hashlib.sha256(b"messages").digest()
 H1 = hashlib.sha256(b"1").digest()
