@@ -1,4 +1,7 @@
-"""The node's libp2p host: one identity, Noise, yamux, TCP, plus bootstrap and peer exchange.
+"""The node's libp2p host: one identity, Noise, yamux, TCP; dialing, stream handlers and bans.
+
+Bootstrap and peer exchange are ``PeerDiscovery`` (discovery.py), which the host owns and delegates to;
+connection bookkeeping is in connections.py and the knobs in host_config.py.
 
 py-libp2p 0.8.1's ``new_host`` offers Noise, TLS, SECIO and *plaintext* by default and mplex next to yamux;
 we pin exactly Noise + yamux so no peer can negotiate us down to an unauthenticated or weaker channel.
@@ -11,15 +14,13 @@ first connections. ``open_gossip`` re-registers already connected peers, but han
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import cast
 
 import trio
 from libp2p import new_host
-from libp2p.abc import IHost, IMuxedConn, INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, IMuxedConn, INetStream
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
@@ -32,25 +33,15 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from multiaddr import Multiaddr
 
 from .addrs import parse_multiaddr, split_peer_addr, with_peer_id
-from .errors import (
-    BadMultiaddrError,
-    BootstrapError,
-    DialError,
-    PeerExchangeError,
-    ProtocolNotSpokenError,
-    TransportError,
-)
+from .connections import ConnectionWatch, prune_closed
+from .discovery import PeerDiscovery
+from .errors import BadMultiaddrError, DialError, ProtocolNotSpokenError
+from .host_config import HostConfig
 from .identity import peer_id_of
-from .peer_exchange import (
-    MAX_PX_ENTRIES,
-    MAX_SELF_ADDRS,
-    PX_PROTOCOL,
-    PeerBook,
-    RedialSchedule,
-    encode_addr_list,
-    read_addr_list,
-)
+from .peer_exchange import PX_PROTOCOL, PeerBook
 from .wire import reset_quietly
+
+__all__ = ["OUR_PROTOCOL_PREFIX", "HostConfig", "P2PHost", "StreamHandler", "open_host"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,99 +49,8 @@ _CLOSE_TIMEOUT = 5.0
 
 StreamHandler = Callable[[INetStream], Awaitable[None]]
 
-
-@dataclass(frozen=True)
-class HostConfig:
-    """Knobs for the host; defaults suit a WAN swarm, tests shorten the intervals."""
-
-    listen_addrs: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
-    # Transport addresses (no /p2p/) peer exchange advertises instead of the bound ones: behind NAT or in a
-    # container the bound address (0.0.0.0, a bridge IP) is not where others can reach us. Empty: bound ones.
-    announce_addrs: tuple[str, ...] = ()
-    dial_timeout: float = 10.0
-    # Periodic peer exchange keeps the swarm converging when several nodes join through one bootstrap at
-    # the same moment (each may ask before the others are known). 0 disables the loop.
-    px_interval: float = 30.0
-    px_fanout: int = 3
-    px_timeout: float = 10.0
-    max_peers: int = 64
-    dial_concurrency: int = 8
-
-    def __post_init__(self) -> None:
-        if not self.listen_addrs:
-            raise ValueError("HostConfig.listen_addrs must not be empty")
-        for name in ("dial_timeout", "px_timeout"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"HostConfig.{name} must be > 0")
-        if self.px_interval < 0:
-            raise ValueError("HostConfig.px_interval must be >= 0")
-        for name in ("px_fanout", "max_peers", "dial_concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"HostConfig.{name} must be >= 1")
-
-
-_LOST_BUFFER = 256
 # Every protocol of ours starts with this; every distro node serves peer exchange from before it listens.
 OUR_PROTOCOL_PREFIX = "/distro/"
-
-
-def _prune_closed(network: INetwork) -> None:
-    """Forget connections py-libp2p 0.8.1 closed but still lists.
-
-    Why: while one is listed, libp2p counts its peer as connected, ``connect`` returns without dialing and
-    every new stream fails with "no valid connections". After a partition each side kept such connections
-    to the other, never dialed it again, and the swarm stayed split after the heal.
-    """
-    remove = getattr(network, "remove_conn", None)
-    if remove is None:
-        return
-    for conns in network.get_connections_map().values():
-        for conn in conns:
-            if getattr(conn, "is_closed", False):
-                remove(conn)
-
-
-class _ConnectionWatch(INotifee):
-    """Turns swarm connect/disconnect callbacks into a trio.Event so waiters need no polling, and tells
-    subscribers when the last connection to a peer has closed."""
-
-    def __init__(self) -> None:
-        self.changed = trio.Event()
-        self.lost_sinks: list[trio.MemorySendChannel[ID]] = []
-
-    def _bump(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
-
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def connected(self, network: INetwork, conn: INetConn) -> None:
-        self._bump()
-
-    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
-        self._bump()
-        peer_id = conn.muxed_conn.peer_id
-        if not self.lost_sinks:
-            return
-        _prune_closed(network)
-        if not network.get_connections(peer_id):
-            for sink in list(self.lost_sinks):
-                try:
-                    sink.send_nowait(peer_id)
-                except trio.WouldBlock:
-                    logger.debug("lost-peer subscriber is behind; dropped %s", peer_id)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self.lost_sinks.remove(sink)
-
-    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
-
-    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
 
 
 class P2PHost:
@@ -162,15 +62,15 @@ class P2PHost:
         self.peer_id: ID = peer_id_of(key_pair)
         self.config = config
         self.peer_book = PeerBook(self.peer_id)
-        self._watch = _ConnectionWatch()
+        self._watch = ConnectionWatch()
         self._dial_limit = trio.Semaphore(config.dial_concurrency)
         self._announce = [parse_multiaddr(a) for a in config.announce_addrs]
         self._blocked: set[ID] = set()  # banned peers: never dialed, streams refused, never advertised
-        self._redials = RedialSchedule()
         for addr in self._announce:
             if "p2p" in [p.name for p in addr.protocols()]:
                 raise BadMultiaddrError(str(addr), "announce addresses take no /p2p/ part")
         libp2p_host.get_network().register_notifee(self._watch)
+        self.discovery = PeerDiscovery(self)
 
     @property
     def libp2p(self) -> IHost:
@@ -193,8 +93,8 @@ class P2PHost:
         return self.addrs()
 
     def connected_peers(self) -> set[ID]:
-        """Peers with at least one open connection (closed ones are dropped first; see ``_prune_closed``)."""
-        _prune_closed(self._host.get_network())
+        """Peers with at least one open connection (closed ones are dropped first; see ``prune_closed``)."""
+        prune_closed(self._host.get_network())
         return set(self._host.get_connected_peers())
 
     def is_connected(self, peer_id: ID) -> bool:
@@ -326,9 +226,7 @@ class P2PHost:
         """A channel of peers whose last connection to us just closed (a crashed peer's kernel closes its
         sockets at once). Bounded: a subscriber that falls behind misses entries rather than growing memory.
         """
-        send, receive = trio.open_memory_channel[ID](_LOST_BUFFER)
-        self._watch.lost_sinks.append(send)
-        return receive
+        return self._watch.lost_peers()
 
     async def wait_for_peers(self, count: int, timeout: float) -> None:
         """Block until at least ``count`` peers are connected; trio.TooSlowError after ``timeout``."""
@@ -336,133 +234,19 @@ class P2PHost:
             while len(self.connected_peers()) < count:
                 await self._watch.changed.wait()
 
-    # --- bootstrap and peer exchange ----------------------------------------------------------------------
+    # --- bootstrap and peer exchange (see discovery.py) --------------------------------------------------
 
     async def bootstrap(self, addrs: Sequence[str | Multiaddr]) -> list[ID]:
-        """Dial bootstrap peers, then learn and dial the rest of the swarm from them.
-
-        All addresses are parsed before any dial so a typo fails fast with BadMultiaddrError. Unreachable
-        bootstrap peers are tolerated as long as one answers; if none does, BootstrapError.
-        """
-        targets = [split_peer_addr(a) for a in addrs]
-        reached: list[ID] = []
-        errors: list[str] = []
-
-        async def dial_one(peer_id: ID, transport: Multiaddr) -> None:
-            try:
-                await self.connect(peer_id, [transport])
-                reached.append(peer_id)
-            except DialError as exc:
-                errors.append(str(exc))
-
-        async with trio.open_nursery() as nursery:
-            for peer_id, transport in targets:
-                if peer_id != self.peer_id:
-                    nursery.start_soon(dial_one, peer_id, transport)
-        if targets and not reached and any(p != self.peer_id for p, _ in targets):
-            raise BootstrapError("no bootstrap peer reachable: " + "; ".join(errors))
-        for peer_id in reached:
-            await self._exchange_and_dial(peer_id)
-        return reached
+        """Dial bootstrap peers, then learn and dial the rest of the swarm from them (``PeerDiscovery``)."""
+        return await self.discovery.bootstrap(addrs)
 
     async def exchange_peers(self, peer_id: ID) -> list[ID]:
         """One peer-exchange round trip; returns the peer ids the remote told us about."""
-        stream = await self.open_stream(peer_id, PX_PROTOCOL)
-        try:
-            with trio.fail_after(self.config.px_timeout):
-                await stream.write(encode_addr_list(self.advertised_addrs(), MAX_SELF_ADDRS))
-                reply = await read_addr_list(stream, MAX_PX_ENTRIES)
-                await stream.close()
-        except PeerExchangeError:
-            await reset_quietly(stream)
-            raise
-        except trio.TooSlowError as exc:
-            await reset_quietly(stream)
-            raise PeerExchangeError(f"peer exchange with {peer_id} timed out") from exc
-        except Exception as exc:  # stream reset/EOF types from libp2p
-            await reset_quietly(stream)
-            raise PeerExchangeError(f"peer exchange with {peer_id} failed: {exc!r}") from exc
-        except BaseException:
-            await reset_quietly(stream)
-            raise
-        return self.peer_book.add_peer_addrs(reply)
+        return await self.discovery.exchange_peers(peer_id)
 
     async def discover(self) -> None:
-        """Ask a few connected peers for their peers and dial the new ones, then redial known peers we lost
-        whose turn has come (one periodic round; see RedialSchedule for why)."""
-        peers = sorted(self.member_peers(), key=str)
-        random.shuffle(peers)
-        for peer_id in peers[: self.config.px_fanout]:
-            await self._exchange_and_dial(peer_id)
-        connected = self.connected_peers()
-        lost = [p for p in self.peer_book.known() if p not in connected and p not in self._blocked]
-        room = self.config.max_peers - len(connected)
-        due = self._redials.due(lost, trio.current_time())[: max(room, 0)]
-        async with trio.open_nursery() as nursery:
-            for p in due:
-                nursery.start_soon(self._dial_quietly, p)
-
-    async def _exchange_and_dial(self, peer_id: ID) -> None:
-        try:
-            learned = await self.exchange_peers(peer_id)
-        except TransportError as exc:
-            logger.debug("peer exchange with %s failed: %r", peer_id, exc)
-            return
-        new = [p for p in learned if p != self.peer_id and not self.is_connected(p)]
-        room = self.config.max_peers - len(self.connected_peers())
-        async with trio.open_nursery() as nursery:
-            for p in new[: max(room, 0)]:
-                nursery.start_soon(self._dial_quietly, p)
-
-    async def _dial_quietly(self, peer_id: ID) -> None:
-        # py-libp2p refuses for 60 s to dial a peer whose addresses all failed once; during a partition
-        # every redial fails, so after the heal that cache, not the network, kept the sides apart for up
-        # to a minute. RedialSchedule already spaces these dials out.
-        unblock = getattr(self._host.get_network(), "unblock_peer", None)
-        if unblock is not None:
-            unblock(peer_id)
-        try:
-            await self.connect(peer_id)
-        except DialError as exc:
-            logger.debug("could not dial known peer: %s", exc)
-            if self._redials.failed(peer_id, trio.current_time()):
-                self.peer_book.forget(peer_id)
-        else:
-            self._redials.succeeded(peer_id)
-
-    async def _serve_peer_exchange(self, stream: INetStream) -> None:
-        remote = stream.muxed_conn.peer_id
-        with trio.fail_after(self.config.px_timeout):
-            their_addrs = await read_addr_list(stream, MAX_SELF_ADDRS)
-            # A peer may only speak for itself: /p2p/ parts naming anyone else are ignored.
-            own_claims = []
-            for addr in their_addrs:
-                try:
-                    claimed, transport = split_peer_addr(addr)
-                except TransportError:
-                    claimed, transport = remote, addr
-                if claimed == remote:
-                    own_claims.append(transport)
-            self.peer_book.add(remote, own_claims)
-            await stream.write(encode_addr_list(self._advertised_peers(exclude=remote), MAX_PX_ENTRIES))
-        await stream.close()
-
-    def _advertised_peers(self, exclude: ID) -> list[Multiaddr]:
-        out = list(self.advertised_addrs())
-        for peer_id in sorted(self.member_peers(), key=str):
-            if peer_id == exclude or peer_id in self._blocked:
-                continue
-            out.extend(with_peer_id(a, peer_id) for a in self.peer_book.addrs(peer_id)[:2])
-            if len(out) >= MAX_PX_ENTRIES:
-                break
-        return out[:MAX_PX_ENTRIES]
-
-    async def _peer_exchange_loop(self) -> None:
-        while True:
-            await trio.sleep(self.config.px_interval * random.uniform(0.8, 1.2))
-            for peer_id in sorted(self.connected_peers() & self._blocked, key=str):  # it dialed us again
-                await self.disconnect(peer_id)
-            await self.discover()
+        """One periodic round: ask a few peers for theirs, dial the new ones, redial lost ones when due."""
+        await self.discovery.discover()
 
 
 def _build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
@@ -497,12 +281,12 @@ async def open_host(key_pair: KeyPair, config: HostConfig | None = None) -> Asyn
     listen = [parse_multiaddr(a) for a in cfg.listen_addrs]
     libp2p_host = _build_libp2p_host(key_pair, listen)
     host = P2PHost(libp2p_host, key_pair, cfg)
-    host.set_handler(PX_PROTOCOL, host._serve_peer_exchange)
+    host.set_handler(PX_PROTOCOL, host.discovery.serve)
     async with libp2p_host.run(listen_addrs=listen):
         try:
             async with trio.open_nursery() as nursery:
                 if cfg.px_interval > 0:
-                    nursery.start_soon(host._peer_exchange_loop)
+                    nursery.start_soon(host.discovery.run)
                 try:
                     yield host
                 finally:

@@ -1,0 +1,81 @@
+"""Connection bookkeeping on top of py-libp2p 0.8.1's swarm: dropping closed connections it still lists,
+waking waiters when connections come and go, and telling subscribers which peers we just lost."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+from libp2p.abc import INetConn, INetStream, INetwork, INotifee
+from libp2p.peer.id import ID
+from multiaddr import Multiaddr
+
+logger = logging.getLogger(__name__)
+
+LOST_BUFFER = 256
+
+
+def prune_closed(network: INetwork) -> None:
+    """Forget connections py-libp2p 0.8.1 closed but still lists.
+
+    Why: while one is listed, libp2p counts its peer as connected, ``connect`` returns without dialing and
+    every new stream fails with "no valid connections". After a partition each side kept such connections
+    to the other, never dialed it again, and the swarm stayed split after the heal.
+    """
+    remove = getattr(network, "remove_conn", None)
+    if remove is None:
+        return
+    for conns in network.get_connections_map().values():
+        for conn in conns:
+            if getattr(conn, "is_closed", False):
+                remove(conn)
+
+
+class ConnectionWatch(INotifee):
+    """Turns swarm connect/disconnect callbacks into a trio.Event so waiters need no polling, and tells
+    subscribers when the last connection to a peer has closed."""
+
+    def __init__(self) -> None:
+        self.changed = trio.Event()
+        self.lost_sinks: list[trio.MemorySendChannel[ID]] = []
+
+    def lost_peers(self) -> trio.MemoryReceiveChannel[ID]:
+        """A new subscription to lost peers. Bounded: a subscriber that falls behind misses entries rather
+        than growing memory."""
+        send, receive = trio.open_memory_channel[ID](LOST_BUFFER)
+        self.lost_sinks.append(send)
+        return receive
+
+    def _bump(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self._bump()
+
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
+        self._bump()
+        peer_id = conn.muxed_conn.peer_id
+        if not self.lost_sinks:
+            return
+        prune_closed(network)
+        if not network.get_connections(peer_id):
+            for sink in list(self.lost_sinks):
+                try:
+                    sink.send_nowait(peer_id)
+                except trio.WouldBlock:
+                    logger.debug("lost-peer subscriber is behind; dropped %s", peer_id)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self.lost_sinks.remove(sink)
+
+    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
+        return None
