@@ -13,99 +13,49 @@ trusts the transport to have bound ``peer_id``/``leader`` to the message's signe
 from __future__ import annotations
 
 import hashlib
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-HASH_BYTES = 32
-RUN_ID_BYTES = 32
-MAX_PEER_ID_CHARS = 128
-MAX_STEP = 2**63 - 1
-# Hard ceiling on an announced payload size; the machine applies its own, smaller, configured cap.
-MAX_PAYLOAD_BYTES = 1 << 30
-# An inclusion list names at most this many peers in each of its three groups; it keeps a list well under
-# the 1 MiB gossip cap (1024 x (52-char id + 32-byte hash) is about 90 KB).
-MAX_LIST_PEERS = 1024
-# Epochs of one step's agreement; a stalled step advances one per leader timeout, so this is plenty.
-MAX_EPOCH = 2**31 - 1
+from .message_fields import (
+    HASH_BYTES,
+    MAX_EPOCH,
+    MAX_LIST_PEERS,
+    MAX_PAYLOAD_BYTES,
+    MAX_PEER_ID_CHARS,
+    MAX_STEP,
+    MESSAGE_ERROR_REASONS,
+    RUN_ID_BYTES,
+    MessageError,
+    check_bytes,
+    check_int,
+    check_keys,
+    check_peer_id,
+    check_seq,
+    check_sorted_ids,
+    id_bytes,
+)
 
-MESSAGE_ERROR_REASONS: tuple[str, ...] = ("kind", "keys", "type", "size", "range", "order", "overlap")
-
-
-class MessageError(ValueError):
-    """A message field is missing, mistyped, out of range or inconsistent.
-
-    ``reason`` is one of :data:`MESSAGE_ERROR_REASONS` (safe as a metric label); ``detail`` names the field.
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        if reason not in MESSAGE_ERROR_REASONS:
-            raise ValueError(f"unknown message error reason {reason!r}")
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-def _check_int(name: str, value: object, lo: int, hi: int) -> int:
-    # bool is an int subclass; a peer sending True for a step is malformed, not step 1.
-    if type(value) is not int:
-        raise MessageError("type", f"{name} must be an int, got {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise MessageError("range", f"{name}={value} outside [{lo}, {hi}]")
-    return value
-
-
-def _check_bytes(name: str, value: object, size: int) -> bytes:
-    if type(value) is not bytes:
-        raise MessageError("type", f"{name} must be bytes, got {type(value).__name__}")
-    if len(value) != size:
-        raise MessageError("size", f"{name} must be {size} bytes, got {len(value)}")
-    return value
-
-
-def check_peer_id(name: str, value: object) -> str:
-    """Peer ids are printable ASCII without spaces, so they sort the same everywhere and are safe to log."""
-    if type(value) is not str:
-        raise MessageError("type", f"{name} must be a str, got {type(value).__name__}")
-    if not 1 <= len(value) <= MAX_PEER_ID_CHARS:
-        raise MessageError("size", f"{name} must have 1..{MAX_PEER_ID_CHARS} chars, got {len(value)}")
-    if not all("!" <= ch <= "~" for ch in value):
-        raise MessageError("type", f"{name} must be printable ASCII without spaces")
-    return value
-
-
-def _check_sorted_ids(name: str, values: tuple[str, ...]) -> None:
-    # Strictly increasing = sorted and duplicate-free: one canonical form, so equal lists have equal digests.
-    for a, b in itertools.pairwise(values):
-        if not a < b:
-            raise MessageError("order", f"{name} must be strictly sorted by peer id ({a!r} then {b!r})")
-
-
-def _check_keys(kind: str, data: Mapping[str, Any], fields: tuple[str, ...]) -> None:
-    if not isinstance(data, Mapping):
-        raise MessageError("type", f"{kind} must be a mapping, got {type(data).__name__}")
-    expected = {"kind", *fields}
-    keys = set(data.keys())
-    if keys != expected:
-        missing = sorted(str(k) for k in expected - keys)
-        extra = sorted(str(k) for k in keys - expected)[:5]
-        raise MessageError("keys", f"{kind}: missing {missing}, unexpected {extra}")
-    if data["kind"] != kind:
-        raise MessageError("kind", f"expected kind {kind!r}, got {data['kind']!r}")
-
-
-def _check_seq(name: str, value: object, limit: int) -> tuple[Any, ...]:
-    if not isinstance(value, list | tuple):
-        raise MessageError("type", f"{name} must be a list, got {type(value).__name__}")
-    if len(value) > limit:
-        raise MessageError("size", f"{name} has {len(value)} items, limit {limit}")
-    return tuple(value)
-
-
-def _id_bytes(peer_id: str) -> bytes:
-    raw = peer_id.encode()
-    return len(raw).to_bytes(2, "big") + raw
+__all__ = [
+    "HASH_BYTES",
+    "MAX_EPOCH",
+    "MAX_LIST_PEERS",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_PEER_ID_CHARS",
+    "MAX_STEP",
+    "MESSAGE_ERROR_REASONS",
+    "RUN_ID_BYTES",
+    "Announcement",
+    "Goodbye",
+    "Heartbeat",
+    "InclusionList",
+    "Message",
+    "MessageError",
+    "Status",
+    "Vote",
+    "check_peer_id",
+    "message_from_dict",
+]
 
 
 @dataclass(frozen=True)
@@ -129,19 +79,19 @@ class Announcement:
     weights_hash: bytes
 
     def __post_init__(self) -> None:
-        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
-        _check_int("step", self.step, 0, MAX_STEP)
+        check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        check_int("step", self.step, 0, MAX_STEP)
         check_peer_id("peer_id", self.peer_id)
-        _check_bytes("payload_hash", self.payload_hash, HASH_BYTES)
-        _check_int("payload_size", self.payload_size, 1, MAX_PAYLOAD_BYTES)
-        _check_bytes("weights_hash", self.weights_hash, HASH_BYTES)
+        check_bytes("payload_hash", self.payload_hash, HASH_BYTES)
+        check_int("payload_size", self.payload_size, 1, MAX_PAYLOAD_BYTES)
+        check_bytes("weights_hash", self.weights_hash, HASH_BYTES)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Announcement:
-        _check_keys(cls.KIND, data, cls.FIELDS)
+        check_keys(cls.KIND, data, cls.FIELDS)
         return cls(**{f: data[f] for f in cls.FIELDS})
 
 
@@ -174,9 +124,9 @@ class InclusionList:
     departed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
-        _check_int("step", self.step, 0, MAX_STEP)
-        _check_int("epoch", self.epoch, 0, MAX_EPOCH)
+        check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        check_int("step", self.step, 0, MAX_STEP)
+        check_int("epoch", self.epoch, 0, MAX_EPOCH)
         check_peer_id("leader", self.leader)
         for name in ("entries", "warming", "departed"):
             if type(getattr(self, name)) is not tuple:
@@ -187,14 +137,14 @@ class InclusionList:
             if type(entry) is not tuple or len(entry) != 2:
                 raise MessageError("type", f"entries[{i}] must be a (peer_id, payload_hash) pair")
             check_peer_id(f"entries[{i}].peer_id", entry[0])
-            _check_bytes(f"entries[{i}].payload_hash", entry[1], HASH_BYTES)
+            check_bytes(f"entries[{i}].payload_hash", entry[1], HASH_BYTES)
         for name in ("warming", "departed"):
             for i, peer in enumerate(getattr(self, name)):
                 check_peer_id(f"{name}[{i}]", peer)
         included = tuple(p for p, _ in self.entries)
-        _check_sorted_ids("entries", included)
-        _check_sorted_ids("warming", self.warming)
-        _check_sorted_ids("departed", self.departed)
+        check_sorted_ids("entries", included)
+        check_sorted_ids("warming", self.warming)
+        check_sorted_ids("departed", self.departed)
         groups = (set(included), set(self.warming), set(self.departed))
         if groups[0] & groups[1] or groups[0] & groups[2] or groups[1] & groups[2]:
             raise MessageError("overlap", "a peer appears in more than one of entries, warming, departed")
@@ -215,11 +165,11 @@ class InclusionList:
         # Length-prefixed fields: no two different lists can produce the same byte stream.
         h.update(b"E" + len(self.entries).to_bytes(4, "big"))
         for peer, payload_hash in self.entries:
-            h.update(_id_bytes(peer) + payload_hash)
+            h.update(id_bytes(peer) + payload_hash)
         for tag, group in ((b"W", self.warming), (b"D", self.departed)):
             h.update(tag + len(group).to_bytes(4, "big"))
             for peer in group:
-                h.update(_id_bytes(peer))
+                h.update(id_bytes(peer))
         return h.digest()
 
     def to_dict(self) -> dict[str, Any]:
@@ -236,11 +186,11 @@ class InclusionList:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> InclusionList:
-        _check_keys(cls.KIND, data, cls.FIELDS)
-        raw_entries = _check_seq("entries", data["entries"], MAX_LIST_PEERS)
+        check_keys(cls.KIND, data, cls.FIELDS)
+        raw_entries = check_seq("entries", data["entries"], MAX_LIST_PEERS)
         entries = []
         for i, item in enumerate(raw_entries):
-            pair = _check_seq(f"entries[{i}]", item, 2)
+            pair = check_seq(f"entries[{i}]", item, 2)
             if len(pair) != 2:
                 raise MessageError("type", f"entries[{i}] must be a (peer_id, payload_hash) pair")
             entries.append((pair[0], pair[1]))
@@ -250,8 +200,8 @@ class InclusionList:
             epoch=data["epoch"],
             leader=data["leader"],
             entries=tuple(entries),
-            warming=_check_seq("warming", data["warming"], MAX_LIST_PEERS),
-            departed=_check_seq("departed", data["departed"], MAX_LIST_PEERS),
+            warming=check_seq("warming", data["warming"], MAX_LIST_PEERS),
+            departed=check_seq("departed", data["departed"], MAX_LIST_PEERS),
         )
 
 
@@ -271,17 +221,17 @@ class Heartbeat:
     weights_hash: bytes
 
     def __post_init__(self) -> None:
-        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        check_bytes("run_id", self.run_id, RUN_ID_BYTES)
         check_peer_id("peer_id", self.peer_id)
-        _check_int("step", self.step, 0, MAX_STEP)
-        _check_bytes("weights_hash", self.weights_hash, HASH_BYTES)
+        check_int("step", self.step, 0, MAX_STEP)
+        check_bytes("weights_hash", self.weights_hash, HASH_BYTES)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Heartbeat:
-        _check_keys(cls.KIND, data, cls.FIELDS)
+        check_keys(cls.KIND, data, cls.FIELDS)
         return cls(**{f: data[f] for f in cls.FIELDS})
 
 
@@ -301,16 +251,16 @@ class Goodbye:
     step: int
 
     def __post_init__(self) -> None:
-        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        check_bytes("run_id", self.run_id, RUN_ID_BYTES)
         check_peer_id("peer_id", self.peer_id)
-        _check_int("step", self.step, 0, MAX_STEP)
+        check_int("step", self.step, 0, MAX_STEP)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Goodbye:
-        _check_keys(cls.KIND, data, cls.FIELDS)
+        check_keys(cls.KIND, data, cls.FIELDS)
         return cls(**{f: data[f] for f in cls.FIELDS})
 
 
@@ -332,18 +282,18 @@ class Vote:
     digest: bytes
 
     def __post_init__(self) -> None:
-        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
-        _check_int("step", self.step, 0, MAX_STEP)
-        _check_int("epoch", self.epoch, 0, MAX_EPOCH)
+        check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        check_int("step", self.step, 0, MAX_STEP)
+        check_int("epoch", self.epoch, 0, MAX_EPOCH)
         check_peer_id("voter", self.voter)
-        _check_bytes("digest", self.digest, HASH_BYTES)
+        check_bytes("digest", self.digest, HASH_BYTES)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Vote:
-        _check_keys(cls.KIND, data, cls.FIELDS)
+        check_keys(cls.KIND, data, cls.FIELDS)
         return cls(**{f: data[f] for f in cls.FIELDS})
 
 
@@ -367,23 +317,23 @@ class Status:
     voted_digest: bytes | None
 
     def __post_init__(self) -> None:
-        _check_bytes("run_id", self.run_id, RUN_ID_BYTES)
-        _check_int("step", self.step, 0, MAX_STEP)
-        _check_int("epoch", self.epoch, 1, MAX_EPOCH)
+        check_bytes("run_id", self.run_id, RUN_ID_BYTES)
+        check_int("step", self.step, 0, MAX_STEP)
+        check_int("epoch", self.epoch, 1, MAX_EPOCH)
         check_peer_id("peer_id", self.peer_id)
-        _check_int("voted_epoch", self.voted_epoch, -1, self.epoch - 1)
+        check_int("voted_epoch", self.voted_epoch, -1, self.epoch - 1)
         if self.voted_epoch < 0:
             if self.voted_digest is not None:
                 raise MessageError("overlap", "voted_digest must be None when voted_epoch is -1")
         else:
-            _check_bytes("voted_digest", self.voted_digest, HASH_BYTES)
+            check_bytes("voted_digest", self.voted_digest, HASH_BYTES)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Status:
-        _check_keys(cls.KIND, data, cls.FIELDS)
+        check_keys(cls.KIND, data, cls.FIELDS)
         return cls(**{f: data[f] for f in cls.FIELDS})
 
 
