@@ -13,8 +13,8 @@ resolved from the document's own folder, as a renderer does. ``results/x.json`` 
 shorthand for bench/results/x.json, and a bare ``x.json`` names a result file there too, unless the docs
 give that name a folder of its own elsewhere (``swarm-runs/<time>/summary.json``).
 
-Not paths: URLs and host names, paths beside the repository (``../shared/reference/algorithm.md``, the
-design folder a checkout sits next to, which a clone elsewhere does not have), absolute paths (/tmp,
+Not paths: URLs and host names, paths beside the repository outside links (``../shared/reference/x.md``,
+the design folder a checkout sits next to, which a clone elsewhere does not have), absolute paths (/tmp,
 /metrics, protocol ids like /distro/payload/1.0.0),
 ``~`` and ``$VAR`` paths, ``<placeholder>`` paths, upper-case placeholders (``bench/NAME.py``) and the
 virtual environments (.venv*), which are made, not committed. A trailing ``/`` marks a folder only at the
@@ -75,7 +75,7 @@ def _ignored(text: str) -> bool:
     return (
         not text
         or _URL.match(text) is not None
-        or text.startswith(("/", "~", "$", "../"))
+        or text.startswith(("/", "~", "$"))
         or "<" in text
         or ">" in text
         or first.startswith(".venv")
@@ -108,7 +108,7 @@ def named_paths(doc: Path, top: set[str]) -> Iterator[Named]:
             if not _ignored(text):  # a bare #anchor cleans to ""
                 yield Named(doc, number, text, doc.parent / text)
         for text, word in _tokens(line):
-            if _ignored(text) or not _is_path(text, word, top):
+            if _ignored(text) or text.startswith("../") or not _is_path(text, word, top):
                 continue
             base = RESULTS.parent if text.startswith("results/") else REPO
             yield Named(doc, number, text, base / text)
