@@ -31,6 +31,9 @@ LEVELS: dict[str, int] = {
     "critical": logging.CRITICAL,
 }
 _HANDLER_MARK = "_distro_node_handler"
+# py-libp2p's multi-line report of a stream that could not be opened, and the logger it comes from.
+_STREAM_FAILURE_PREFIX = "Failed to open stream to peer"
+_STREAM_FAILURE_LOGGER = "libp2p.host.basic_host"
 
 
 class LogSetupError(ValueError):
@@ -63,10 +66,6 @@ class _HandledByUs(logging.Filter):
         if str(record.msg).startswith(_STREAM_FAILURE_PREFIX):
             return logging.getLogger(OUR_LOGGER).isEnabledFor(logging.DEBUG)
         return True
-
-
-_STREAM_FAILURE_PREFIX = "Failed to open stream to peer"
-_STREAM_FAILURE_LOGGER = "libp2p.host.basic_host"
 
 
 class JsonFormatter(logging.Formatter):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,16 @@ def config_path(explicit: Path | None, env: Mapping[str, str] | None = None) -> 
     return local if local.is_file() else None
 
 
+@cache
+def _defaults() -> NodeConfig:
+    """Built once per process: constructing it validates every section (presets, strategy settings)."""
+    return NodeConfig()
+
+
 def config_default(dotted: str) -> Any:
     """The built-in default of config field ``dotted`` (``run.rounds.warmup_rounds``), read from the typed
     config itself so flag help can never disagree with it."""
-    value: Any = NodeConfig()
+    value: Any = _defaults()
     for part in dotted.split("."):
         value = getattr(value, part)
     return value

@@ -26,11 +26,7 @@ from typing import Protocol
 import trio
 from distro_node.protocol.codec import CodecError, author_of, decode_signed
 from distro_node.protocol.gossip import GossipMessage
-from distro_node.protocol.messages import (
-    Announcement,
-    Goodbye,
-    Message,
-)
+from distro_node.protocol.messages import Announcement, Goodbye, Message
 from libp2p.peer.id import ID
 
 from .announcements import AnnouncementLog

@@ -21,6 +21,7 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
 from peer_procs import Procs
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(180)]
 
@@ -31,12 +32,8 @@ GARBAGE = 20
 def _rejected(metrics_url: str) -> dict[str, float]:
     with urllib.request.urlopen(metrics_url, timeout=10) as reply:
         text = reply.read().decode()
-    counts: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("distro_gossip_rejected_total{"):
-            labels, value = line.rsplit(" ", 1)
-            counts[labels.split('reason="', 1)[1].split('"', 1)[0]] = float(value)
-    return counts
+    return {s.labels["reason"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "distro_gossip_rejected_total"}
 
 
 async def _gossip_garbage(addr: str, run_id: bytes, while_connected: Callable[[], object]) -> None:
