@@ -87,6 +87,7 @@ class GossipConfig:
     publish_timeout: float = 10.0
     stuck_after: float = 1.0  # a full outbound queue not shrunk for this long is no longer waited for
     reset_after: float = 15.0  # ...and one that has not shrunk for this long has its link reset
+    link_check_interval: float = 1.0  # how often subscribers we cannot send to get a fresh stream
 
     def __post_init__(self) -> None:
         if not 0 < self.max_message_bytes <= self.max_inbound_rpc_bytes:
@@ -97,6 +98,8 @@ class GossipConfig:
             raise ValueError("GossipConfig.stuck_after must be in (0, publish_timeout)")
         if self.reset_after <= self.stuck_after:
             raise ValueError("GossipConfig.reset_after must be > stuck_after")
+        if not 0 < self.link_check_interval < 1e6:
+            raise ValueError("GossipConfig.link_check_interval must be a positive number of seconds")
         if self.heartbeat_interval < 1 or self.receive_buffer < 1:
             raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
 
@@ -155,6 +158,7 @@ class AnnouncementChannel:
         self.stuck_resets = 0  # pubsub streams reset because their outbound queue stopped draining
         self._progress: dict[ID, tuple[int, float]] = {}  # full queues: (lowest depth seen, when)
         self._reset_peers: set[ID] = set()
+        self.relinks = 0  # pubsub streams opened by _keep_links after py-libp2p had given up on a peer
 
     async def publish(self, data: bytes) -> None:
         """Sign and publish; raises AnnouncementTooLargeError rather than letting libp2p drop silently."""
@@ -252,6 +256,26 @@ class AnnouncementChannel:
             logger.debug("announcement validator raised %r; rejecting", exc)
             return False
 
+    async def _keep_links(self) -> None:
+        """Open our pubsub stream to every subscriber we cannot send to.
+
+        py-libp2p opens it once, when a connection comes up, and gives up for good if the remote refuses the
+        protocol. A peer restarted with its identity and listen port is re-dialed by the others as soon as it
+        listens, before its gossip is attached, so it is refused exactly then: it heard nothing from those
+        peers until the connection happened to be replaced (tests/peer/test_peer_rejoin.py stalled for
+        minutes). Its subscription arriving on its own stream says it speaks pubsub now.
+        """
+        while True:
+            await trio.sleep(self.config.link_check_interval)
+            pubsub = self._pubsub
+            connected = self._host.connected_peers()
+            for peer_id in self.subscribers() - set(pubsub.peers):
+                if peer_id in connected and await pubsub.ensure_peer_stream(
+                    peer_id, timeout=self.config.link_check_interval
+                ):
+                    self.relinks += 1
+                    logger.info("gossip stream to %s re-opened (py-libp2p had given up on it)", peer_id)
+
     async def _pump(self, subscription: ISubscriptionAPI) -> None:
         while True:
             msg = await subscription.get()
@@ -312,6 +336,7 @@ async def open_gossip(
             subscription = await pubsub.subscribe(topic)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(channel._pump, subscription)
+                nursery.start_soon(channel._keep_links)
                 # Peers connected before we attached never fired our notifee; register them explicitly.
                 for peer_id in host.connected_peers():
                     nursery.start_soon(_register_existing_peer, pubsub, peer_id)

@@ -9,6 +9,7 @@ out) is recorded in :class:`Decisions`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import trio
@@ -30,6 +31,8 @@ from .changes import ChangeSignal
 from .fetcher import Fetcher, FetchResult
 from .outbox import Outbox
 from .output import Output
+
+logger = logging.getLogger(__name__)
 
 RoundEvent = Callable[[RoundMachine, float], Sequence[Action]]
 
@@ -78,6 +81,8 @@ class RoundDriver:
 
     def handle(self, actions: Sequence[Action]) -> None:
         decisions = self.decisions
+        if actions:
+            logger.debug("round actions: %s", actions)
         for a in actions:
             if isinstance(a, FetchPayload):
                 self._nursery.start_soon(self._fetch, a)

@@ -166,6 +166,7 @@ class GossipIntake:
         if m is None:
             return
         actions = m.on_message(msg, trio.current_time())
+        logger.debug("gossip in: %s", msg)
         if isinstance(msg, Goodbye):
             self._out.emit("goodbye", f"peer {msg.peer_id[-8:]} left at step {msg.step}", peer=msg.peer_id,
                            step=msg.step)

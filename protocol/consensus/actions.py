@@ -6,7 +6,7 @@ Reasons are small fixed vocabularies so they can be used as metric labels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..messages import Announcement, InclusionList, Status, Vote
 
@@ -128,9 +128,14 @@ class ListConflict:
 
 @dataclass(frozen=True)
 class RoundStalled:
-    """Every leader had an epoch of ``step`` without a decision (typically no quorum: a partition)."""
+    """Every leader had an epoch of ``step`` without a decision (typically no quorum: a partition).
+
+    ``summary`` is what this replica knew of the round then (:meth:`RoundState.summary`): an operator
+    reading the fault sees whether announcements, proposals, votes or statuses were missing.
+    """
 
     step: int
+    summary: str = field(default="", compare=False)
 
 
 Action = (

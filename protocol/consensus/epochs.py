@@ -155,7 +155,7 @@ def check_stall(rnd: RoundState, order: tuple[str, ...], epoch: int, me: Local, 
     if not rnd.stalled:
         rnd.stalled = True
         me.counters.count("rounds_stalled")
-        out.append(RoundStalled(rnd.step))
+        out.append(RoundStalled(rnd.step, rnd.summary(epoch)))
     if rnd.own is not None and (
         rnd.last_reannounce is None or me.now - rnd.last_reannounce >= me.config.reannounce_interval
     ):

@@ -109,6 +109,24 @@ class RoundState:
         self.epoch_base = epoch
         self.epoch_base_time = now
 
+    def summary(self, epoch: int) -> str:
+        """One line on how far this round got here; peers and digests shortened to their last characters."""
+        def peer(p: str) -> str:
+            return p[-6:]
+
+        proposals = ",".join(
+            f"e{e}:{peer(leader)}:{d.hex()[:8]}" for (e, leader), d in sorted(self.proposals.items())
+        )
+        announced = sorted(peer(p) for p in self.announcements)
+        votes = Counter(f"e{e}:{d.hex()[:8]}" for e, d in self.votes.values())
+        statuses = Counter(self.statuses.values())
+        return (
+            f"epoch {epoch} (promised {self.promised}); announced {announced}; "
+            f"validated {len(self.validated)}, invalid {len(self.invalid)}; proposals [{proposals}]; "
+            f"votes {dict(votes)}; my vote {self.my_vote[0] if self.my_vote else None}; "
+            f"statuses by epoch {dict(sorted(statuses.items()))}; lists known {len(self.contents)}"
+        )
+
     def payload_known(self, key: PayloadKey) -> bool:
         ann = self.announcements.get(key[0])
         return (ann is not None and ann.payload_hash == key[1]) or key in self.fetch_requested_at

@@ -168,3 +168,41 @@ def test_peer_restarted_with_its_identity_is_heard_at_once() -> None:
                             pass
 
     trio.run(body)
+
+
+@pytest.mark.network
+def test_a_peer_whose_gossip_started_after_it_was_dialed_is_linked_both_ways() -> None:
+    """A peer restarted with its identity and listen port is re-dialed by the others as soon as it listens,
+    before its gossip is attached. py-libp2p then fails to open its pubsub stream (the remote answers 'na')
+    and never tries again on that connection, so the restarted peer heard nothing from that peer for good
+    (tests/peer/test_peer_rejoin.py stalled that way). Once the late peer subscribes, the link is repaired."""
+
+    async def body() -> None:
+        async with start_hosts(2) as (early, late), AsyncExitStack() as stack:
+            early_chan = await stack.enter_async_context(open_gossip(early, RUN))
+            with trio.fail_after(WAIT):
+                await early.connect(late.peer_id, late.addrs())
+                while early.peer_id not in late.connected_peers():
+                    await trio.sleep(0.01)  # bounded by fail_after: the dial is in flight
+                # What early's pubsub did when the connection came up: refused, and not retried.
+                assert not await early_chan._pubsub.ensure_peer_stream(late.peer_id, timeout=1.0)
+            late_chan = await stack.enter_async_context(open_gossip(late, RUN))
+            with trio.fail_after(WAIT):
+                await late_chan.wait_for_subscribers({early.peer_id}, timeout=WAIT)
+                await early_chan.wait_for_subscribers({late.peer_id}, timeout=WAIT)
+            with trio.fail_after(WAIT):
+                while True:  # each side publishes until the other hears it (a fresh mesh may drop one)
+                    await early_chan.publish(b"to the late peer")
+                    with trio.move_on_after(0.5):
+                        msg = await late_chan.receive()
+                        assert msg.data == b"to the late peer"
+                        break
+            with trio.fail_after(WAIT):
+                while True:
+                    await late_chan.publish(b"to the early peer")
+                    with trio.move_on_after(0.5):
+                        msg = await early_chan.receive()
+                        assert msg.data == b"to the early peer"
+                        break
+
+    trio.run(body)

@@ -66,13 +66,17 @@ def test_partition_minority_applies_nothing_and_rejoins_after_the_heal(tmp_path:
         peers = bed.start()
         peers[0].wait_step(5, 120)
         bed.partition([3, 4])
+        cut_at = time.monotonic()
         at_cut = {i: (peers[i].poll_events(), max(peers[i].steps(), default=-1))[1] for i in (3, 4)}
-        time.sleep(20)  # the scenario's partition length, not a synchronisation
+        # The majority trains on: it drops the silent two and applies steps the minority never sees. A step
+        # count, not a rate: how many steps 20 s hold depends on how busy the machine is.
+        for p in peers[:3]:
+            p.wait_step(max(at_cut.values()) + 8, 90)
+        time.sleep(max(0.0, cut_at + 20 - time.monotonic()))  # the rest of the scenario's 20 s partition
         at_heal = {i: (peers[i].poll_events(), max(peers[i].steps(), default=-1))[1] for i in (3, 4)}
         bed.heal()
         peers[0].poll_events()
         resume = max(peers[0].steps()) + 1
-        assert resume > max(at_heal.values()) + 20, "the majority did not train on during the partition"
         for i in (3, 4):  # at most the step that was in flight at the cut
             assert at_heal[i] <= at_cut[i] + 1, f"peer{i} applied steps on the minority side"
         _assert_training_together(peers, resume)
