@@ -36,6 +36,12 @@ class Strategy(ABC):
     def post_backward(self, step: int) -> None:  # noqa: B027 - optional hook
         """Hook after backward and clipping (overlapped DisTrO restores the saved weights here)."""
 
+    def withheld(self, step: int) -> None:  # noqa: B027 - optional hook
+        """Our payload of ``step`` was left out of the step's decided list; called before ``apply(step)``.
+
+        Strategies with error feedback subtracted what they sent when they sent it; they add it back here
+        so a peer that was late, warming or not picked keeps that step's information (DisTrO does)."""
+
     @abstractmethod
     def spec(self) -> PayloadSpec:
         """Shape and codecs of this strategy's payloads, from the local model and settings."""

@@ -74,6 +74,8 @@ class CocktailSGD(Strategy):
         }
         self._momentum = {n: torch.zeros_like(e) for n, e in self._error.items()}
         self._subset_cache: tuple[int, dict[str, torch.Tensor]] | None = None
+        # step -> what prepare subtracted from the error buffer (subset, values), until applied or withheld.
+        self._sent: dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
 
     def spec(self) -> PayloadSpec:
         return self._spec
@@ -93,6 +95,7 @@ class CocktailSGD(Strategy):
     def prepare(self, step: int) -> Payload:
         subsets = self._subsets(step)
         tensors: dict[str, SparseTensor] = {}
+        kept: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         for (name, p), spec in zip(self._params, self._specs, strict=True):
             acc = self._error[name].add_(grad_of(p).reshape(-1))
             subset = subsets[name]
@@ -100,11 +103,23 @@ class CocktailSGD(Strategy):
             sent = densify(entry, spec.chunk_numel, acc.device).reshape(-1)
             acc.index_add_(0, subset, sent, alpha=-1.0)
             tensors[name] = entry
+            kept[name] = (subset, sent)
+        self._sent[step] = kept
+        for old in sorted(self._sent)[:-2]:
+            del self._sent[old]
         return Payload(tensors=tensors)
+
+    @torch.no_grad()
+    def withheld(self, step: int) -> None:
+        """Left out of the step's list: what was sent goes back into the error buffer (no decay here)."""
+        for name, (subset, sent) in self._sent.pop(step, {}).items():
+            self._error[name].index_add_(0, subset, sent)
 
     @torch.no_grad()
     def apply(self, step: int, payloads: Mapping[str, Payload]) -> None:
         """Average the sparse entries over all peers, then momentum SGD with decoupled weight decay."""
+        for done in [s for s in self._sent if s <= step]:
+            del self._sent[done]
         if step < 0 or not payloads:
             return
         check_payloads(self._specs, payloads, self._spec.fingerprint())

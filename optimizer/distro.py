@@ -29,6 +29,17 @@ is taken at weights that are one update stale. To reduce that staleness:
 
 Unlike the network, weight decay is applied in ``apply`` (not in the gradient step) so the weights change in
 exactly one place.
+
+Left out of a step (``withheld``): error feedback assumes the swarm applied what this peer sent. A peer whose
+payload a decided list did not include (late, warming, or beyond the list's bound) would otherwise lose that
+step's selected momentum for good. The caller says so before ``apply`` and the selection is added back to
+``delta``, scaled by ``beta`` once per ``prepare`` that decayed it since it was subtracted: exact in the
+sequential order (no decay in between: ``delta - x + x``, up to float rounding), and in the overlapped order
+(``prepare(s + 1)`` already subtracted and decayed it) ``beta * x`` restores what ``delta`` would hold had
+step ``s`` never been subtracted; only ``prepare(s + 1)``'s own top-k was chosen without it, so that
+selection may differ from what it would have been, and the added-back part is sent later instead. A
+withheld call before the feedback was subtracted simply drops it. Only the last prepared steps are kept;
+a checkpoint does not carry them (a restart between prepare and apply loses at most that one step's part).
 """
 
 from __future__ import annotations
@@ -51,6 +62,8 @@ from .schedule import lr_at
 from .topk import clamp_k, densify, select_topk
 
 STATE_VERSION = 1
+# Sent selections kept until their step is applied or withheld (sequential: 1; overlapped: 2 in flight).
+KEPT_SELECTIONS = 4
 
 
 class DisTrO(Strategy):
@@ -81,6 +94,10 @@ class DisTrO(Strategy):
         # Selected (unquantized) coefficients whose error feedback is still to be subtracted from delta;
         # only non-empty between prepare(s) and prepare(s + 1) in overlapped mode.
         self._pending: dict[str, SparseTensor] = {}
+        self._pending_step: int | None = None
+        # step -> (selection sent at that step, number of prepares done when it was made); see ``withheld``.
+        self._sent: dict[int, tuple[dict[str, SparseTensor], int]] = {}
+        self._prepares = 0
         self._saved: dict[str, torch.Tensor] | None = None
         self._v: dict[str, torch.Tensor] = {}
         self._adam_t = 0
@@ -122,15 +139,35 @@ class DisTrO(Strategy):
 
     def _flush_feedback(self, name: str) -> None:
         sent = self._pending.pop(name, None)
-        if sent is None:
-            return
+        if sent is not None:
+            self._add_selection(name, sent, -1.0)
+        if not self._pending:
+            self._pending_step = None
+
+    def _add_selection(self, name: str, sent: SparseTensor, alpha: float) -> None:
+        """``delta += alpha * IDCT(sent)``: -1 subtracts the error feedback, a positive scale restores it."""
         layout = self._layouts[name]
         delta = self._delta[name]
         if sent.indices is not None and sparse_is_cheaper(sent.indices.shape[1], layout):
-            removed = from_sparse_chunks(sent.indices.to(delta.device), sent.values.to(delta.device), layout)
+            back = from_sparse_chunks(sent.indices.to(delta.device), sent.values.to(delta.device), layout)
         else:
-            removed = from_chunks(densify(sent, layout.chunk_numel, delta.device), layout)
-        delta.sub_(removed.reshape(delta.shape))
+            back = from_chunks(densify(sent, layout.chunk_numel, delta.device), layout)
+        delta.add_(back.reshape(delta.shape), alpha=alpha)
+
+    @torch.no_grad()
+    def withheld(self, step: int) -> None:
+        """Our payload of ``step`` is not in the decided list: keep what it carried (module docstring)."""
+        record = self._sent.pop(step, None)
+        if record is None:
+            return
+        selection, prepared_at = record
+        if self._pending_step == step:  # overlapped, not yet subtracted: never subtract it
+            self._pending.clear()
+            self._pending_step = None
+            return
+        scale = self.config.beta ** (self._prepares - prepared_at)
+        for name, sent in selection.items():
+            self._add_selection(name, sent, scale)
 
     @torch.no_grad()
     def prepare(self, step: int) -> Payload:
@@ -138,6 +175,7 @@ class DisTrO(Strategy):
             raise StepOrderError("prepare called while the lookahead is active: call post_backward first")
         lr = lr_at(self.config.schedule, step)
         tensors: dict[str, SparseTensor] = {}
+        self._prepares += 1
         for (name, p), spec in zip(self._params, self._specs, strict=True):
             self._flush_feedback(name)
             delta = self._delta[name]
@@ -145,12 +183,13 @@ class DisTrO(Strategy):
             layout = self._layouts[name]
             entry = select_topk(to_chunks(delta, layout), spec.k)
             tensors[name] = entry
-            # A private copy: the caller may hand the payload's tensors to a codec or another thread.
-            self._pending[name] = SparseTensor(
-                values=entry.values.clone(), indices=None if entry.indices is None else entry.indices.clone()
-            )
+            self._pending[name] = _copy(entry)
             if not self.overlapped:
                 self._flush_feedback(name)
+        self._pending_step = step if self._pending else None
+        self._sent[step] = ({n: _copy(e) for n, e in tensors.items()}, self._prepares)
+        for old in sorted(self._sent)[:-KEPT_SELECTIONS]:
+            del self._sent[old]
         self._prepared_any = True
         return Payload(tensors=tensors)
 
@@ -160,7 +199,11 @@ class DisTrO(Strategy):
     def apply(self, step: int, payloads: Mapping[str, Payload]) -> None:
         """Apply step ``step``'s aggregate. No payloads (or a negative step, the overlapped warm-up) is a
         no-op: every peer sees the same empty set, so skipping keeps replicas identical."""
-        if step < 0 or not payloads:
+        if step < 0:
+            return
+        for done in [s for s in self._sent if s <= step]:  # applied with ours, or withheld just before
+            del self._sent[done]
+        if not payloads:
             return
         if self._saved is not None:
             raise StepOrderError("apply called while the lookahead is active: call post_backward first")
@@ -243,7 +286,15 @@ class DisTrO(Strategy):
         if isinstance(adam_t, bool) or not isinstance(adam_t, int) or adam_t < 0:
             raise StateError("adam_t: must be a non-negative integer")
         self._pending = pending
+        self._pending_step = None
+        self._sent = {}
         self._v = v
         self._adam_t = adam_t
         self._prepared_any = bool(state.get("prepared_any", False))
         self._saved = None
+
+
+def _copy(entry: SparseTensor) -> SparseTensor:
+    """A private copy: the caller may hand the payload's tensors to a codec or another thread."""
+    indices = None if entry.indices is None else entry.indices.clone()
+    return SparseTensor(values=entry.values.clone(), indices=indices)

@@ -36,10 +36,10 @@ from ..data.sampling import sample_batch
 from ..device import autocast
 from ..hashing import model_hash
 from ..model import Llama, next_token_loss
-from ..presets import preset
 from .local import LocalSettings, LocalSetupError
 from .manifest import RunManifest
 from .run_data import open_run_source
+from .run_init import initial_weights
 from .snapshot_io import (
     load_weights,
     optim_from_bytes,
@@ -65,16 +65,20 @@ class Computed:
 class Trainer:
     def __init__(self, manifest: RunManifest, peer_id: str, local: LocalSettings | None = None) -> None:
         """Raises :class:`LocalSetupError` (naming the setting) when this peer's local settings do not fit
-        the run: a grad_accum that does not divide batch_size, a data file that is not the run's."""
+        the run: a grad_accum that does not divide batch_size, a data file or an imported checkpoint that is
+        not the run's."""
         self.manifest = manifest
         self.peer_id = peer_id
         self.local = local or LocalSettings()
         self.micro_batch = self.local.micro_batch(manifest.batch_size)
         self.run_id = manifest.run_id()
-        shape = preset(manifest.preset)
+        shape = manifest.model_config()
         self.source = open_run_source(manifest.data, manifest.data_seed, self.local.data_path,
                                       shape.vocab_size)
-        self.model = Llama(shape, seed=manifest.seed)
+        initial = initial_weights(manifest.init, self.local.init_from)
+        self.model = Llama(shape, seed=manifest.seed if initial is None else None)
+        if initial is not None:
+            self.model.load_state_dict(initial, strict=True)
         self.strategy = build_strategy(manifest.strategy, self.model, dict(manifest.settings))
         self.spec: PayloadSpec = self.strategy.spec()
         self.device = torch.device(self.local.device)
@@ -154,7 +158,10 @@ class Trainer:
         return payload
 
     def apply(self, step: int, payloads: Mapping[str, Payload]) -> bytes:
-        """Apply exactly these payloads (sorted by peer id inside the strategy); returns the new hash."""
+        """Apply exactly these payloads (sorted by peer id inside the strategy); returns the new hash. A list
+        that left our payload out is told to the strategy first, so its error feedback keeps what we sent."""
+        if self.peer_id not in payloads:
+            self.strategy.withheld(step)
         self.strategy.apply(step, payloads)
         self._weights_hash = self._hash()
         return self._weights_hash

@@ -243,6 +243,8 @@ class SimulatedSwarm:
 
     def _apply_all(self, step: int, payloads: Mapping[str, Payload]) -> None:
         for peer in self.peers:
+            if peer.peer_id not in payloads:  # left out: it keeps what it sent (optimizer/base.py)
+                peer.strategy.withheld(step)
             peer.strategy.apply(step, payloads)
 
     def hashes(self) -> list[str]:
