@@ -156,6 +156,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="this machine's copy of the run's data file (founders: the file to train on, "
                             "with --data-kind); joiners must hold a file with the manifest's sha256 and size "
                             "[run.data.path]")
+    local.add_argument("--init-from", type=Path, default=None, metavar="DIR",
+                       help=config_help("start from a local Hugging Face LlamaForCausalLM checkpoint directory "
+                                        "(config.json + model.safetensors) instead of the seed init. "
+                                        "Founders: its config.json sets the model (no --preset) and the "
+                                        "manifest names its weights by sha256; joiners: their own copy of "
+                                        "the run's directory, checked against that hash", "run.init_from"))
     local.add_argument("--comm-delay", type=float, default=0.0, metavar="SECONDS",
                        help="BENCHMARK KNOB, not for real runs: hold this peer's own announcement back by "
                             "SECONDS after its payload is ready, as if the upload took that long, to emulate "
@@ -199,6 +205,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "run.data.seed": args.data_seed,
         "run.data.kind": args.data_kind,
         "run.data.path": args.data_path,
+        "run.init_from": args.init_from,
         "run.data.token_dtype": args.token_dtype,
         "run.grad_clip": args.grad_clip,
         "run.grad_accum": args.grad_accum,

@@ -141,6 +141,16 @@ class RunConfig(Section):
     )
     rounds: RoundsConfig = field(default_factory=RoundsConfig, metadata=doc("round timings and roster rules"))
     seed: int = field(default=0, metadata=doc("seed of the initial weights (the same on every peer)"))
+    init_from: Path | None = field(
+        default=None,
+        metadata=doc(
+            "start from a local Hugging Face LlamaForCausalLM checkpoint directory (config.json + "
+            "model.safetensors, or shards with model.safetensors.index.json) instead of the seed; founders: "
+            "its config.json sets the model shape (run.model is not used) and the manifest names its weights "
+            "by sha256; local: joiners pass their own copy, checked against that hash",
+            example="/models/my-llama",
+        ),
+    )
 
     def check(self) -> None:
         try:
@@ -156,7 +166,8 @@ class RunConfig(Section):
         object.__setattr__(self, "strategy_settings", settings)
         for name in ("batch_size", "seq_len", "grad_accum"):
             self._range(name, 1, 2**31 - 1)
-        if self.seq_len > shape.seq_len:
+        # An imported model's length is known once its config.json is read (the founder's manifest checks it).
+        if self.init_from is None and self.seq_len > shape.seq_len:
             limit = f"must be <= {shape.seq_len} (preset {self.model!r})"
             raise self._fail("seq_len", f"{limit}, got {self.seq_len}")
         self._range("grad_clip", 0.0, 1e9)
@@ -173,5 +184,8 @@ class RunConfig(Section):
     def digest(self) -> str:
         """sha256 (hex) of the canonical JSON of every run setting: a checkpoint or a peer with another digest
         belongs to a different run."""
-        body = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), default=str)
+        fields = asdict(self)
+        if fields["init_from"] is None:  # added later: left out unset, so older digests stay what they were
+            del fields["init_from"]
+        body = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(body.encode()).hexdigest()

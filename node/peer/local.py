@@ -1,10 +1,11 @@
 """What one peer process chooses for itself, outside the run manifest: device, precision, gradient
-accumulation and where its copy of the data file lives.
+accumulation and where its copies of the data file and of an imported starting checkpoint live.
 
 None of these may change what the run computes together: the device and precision only change how this peer's
 own gradient is taken (its payload is its own business; the replicated update runs on CPU, see trainer.py),
-gradient accumulation splits the manifest's batch without changing it, and the data path must lead to the
-bytes the manifest's sha256 names. So peers with different choices still train one run with one run id.
+gradient accumulation splits the manifest's batch without changing it, and the data path and the imported
+checkpoint directory must lead to the bytes (the weights) the manifest's sha256 names. So peers with
+different choices still train one run with one run id.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class LocalSettings:
     precision: str = "fp32"
     grad_accum: int = 1
     data_path: Path | None = None
+    init_from: Path | None = None
 
     def __post_init__(self) -> None:
         if self.device not in AUTO_ORDER:
@@ -55,7 +57,8 @@ class LocalSettings:
         a device that is not here is a ``DeviceUnavailableError`` naming ``device``."""
         device = select_device(config.device, available)
         return cls(device=device, precision=select_precision(config.precision, device),
-                   grad_accum=config.run.grad_accum, data_path=config.run.data.path)
+                   grad_accum=config.run.grad_accum, data_path=config.run.data.path,
+                   init_from=config.run.init_from)
 
     def micro_batch(self, batch_size: int) -> int:
         """Sequences per micro-batch: the run's per-peer batch split ``grad_accum`` ways, evenly, so every

@@ -8,12 +8,17 @@ makes two runs founded with equal settings distinct runs.
 Round timings and the roster rules (warm-up rounds, missed rounds) are in the manifest too: they are
 replicated state (every replica must drop and activate peers at the same step), not a local preference.
 
-Fields added after the first version (``grad_clip``, ``data``) are left out of the canonical bytes while they
-hold their default, so an embedded-data run with the default clipping has the same bytes, hence the same run
-id, as before they existed (a founder's checkpoint still resumes its run). Writing such a field out at its
-default is not canonical and is refused, so every manifest still has exactly one byte form. What stays out of
-the manifest on purpose: the device, the precision, gradient accumulation and the data file's path, which are
-per-process choices (node/peer/local.py).
+Fields added after the first version (``grad_clip``, ``data``, ``init``) are left out of the canonical bytes
+while they hold their default, so an embedded-data run with the default clipping has the same bytes, hence
+the same run id, as before they existed (a founder's checkpoint still resumes its run). Writing such a field
+out at its default is not canonical and is refused, so every manifest still has exactly one byte form. What
+stays out of the manifest on purpose: the device, the precision, gradient accumulation and the paths of the
+data file and of an imported checkpoint, which are per-process choices (node/peer/local.py).
+
+A run imported from a Hugging Face checkpoint (``init``) has no preset: the model shape is the one its
+config.json gave, carried in ``init.model``, and its weights are named by ``init.sha256``, the weights hash of
+the imported tensors (node/hf/convert.py). The files themselves never travel, as with a data file: each
+peer loads its own copy and must find that hash (node/peer/run_init.py).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 
 from distro_node.compression.wire import max_encoded_nbytes
 from distro_node.node.config.schema import NetworkConfig, RoundsConfig, RunConfig
+from distro_node.node.model import ModelConfig, ModelConfigError
 from distro_node.optimizer.errors import ConfigError
 from distro_node.optimizer.registry import STRATEGIES, make_config
 from distro_node.protocol.consensus import RoundConfig, RoundConfigError
@@ -106,8 +112,48 @@ class DataSpec:
             raise ManifestError("data.eval_fraction", f"must be in (0, 1), got {fraction!r}")
 
 
+INIT_KINDS: tuple[str, ...] = ("seed", "hf")
+_MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """Where step 0's weights come from: ``seed`` (the default: drawn from the manifest's seed), or ``hf``
+    (imported from a Hugging Face Llama checkpoint; ``sha256`` is the weights hash of its tensors and
+    ``model`` the ModelConfig its config.json gave, as plain values)."""
+
+    kind: str = "seed"
+    sha256: str = ""
+    model: Mapping[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        if self.kind == "seed":
+            if self.sha256 or self.model:
+                raise ManifestError("init", "a seeded run takes no sha256 or model")
+            return
+        if self.kind not in INIT_KINDS:
+            raise ManifestError("init.kind", f"must be one of {INIT_KINDS}, got {self.kind!r}")
+        if not isinstance(self.sha256, str) or not _SHA256_HEX.fullmatch(self.sha256):
+            raise ManifestError("init.sha256", "must be 64 lowercase hex characters")
+        self.model_config()
+
+    def model_config(self) -> ModelConfig:
+        """The imported shape; one byte form only: exactly ModelConfig's keys, ints and floats as typed."""
+        model = self.model
+        if not isinstance(model, Mapping) or set(model) != set(_MODEL_FIELDS):
+            raise ManifestError("init.model", f"expected exactly {sorted(_MODEL_FIELDS)}")
+        for name in _MODEL_FIELDS:
+            wanted = float if name in ("rope_theta", "norm_eps", "init_std") else int
+            if type(model[name]) is not wanted:
+                raise ManifestError(f"init.model.{name}", f"must be a {wanted.__name__}")
+        try:
+            return ModelConfig(**model)
+        except ModelConfigError as exc:
+            raise ManifestError("init.model", str(exc)) from None
+
+
 # Later fields and the values at which they are left out of the canonical bytes (see the module docstring).
-_OMITTED_AT_DEFAULT: dict[str, Any] = {"grad_clip": DEFAULT_GRAD_CLIP, "data": DataSpec()}
+_OMITTED_AT_DEFAULT: dict[str, Any] = {"grad_clip": DEFAULT_GRAD_CLIP, "data": DataSpec(), "init": InitSpec()}
 
 
 @dataclass(frozen=True)
@@ -121,15 +167,16 @@ class RunManifest:
     data_seed: int = _RUN.data.seed
     grad_clip: float = DEFAULT_GRAD_CLIP  # max global gradient norm before the strategy sees it; 0: off
     data: DataSpec = field(default_factory=DataSpec)
+    init: InitSpec = field(default_factory=InitSpec)
     rounds: RoundSettings = field(default_factory=RoundSettings)
     nonce: str = ""
     version: int = MANIFEST_VERSION
 
     def __post_init__(self) -> None:
-        try:
-            model = preset(self.preset)
-        except UnknownPresetError as exc:
-            raise ManifestError("preset", str(exc)) from None
+        if not isinstance(self.init, InitSpec):
+            raise ManifestError("init", "must be an InitSpec")
+        self.init.check()
+        model = self.model_config()
         if self.strategy not in STRATEGIES:
             raise ManifestError("strategy", f"must be one of {sorted(STRATEGIES)}")
         try:
@@ -141,7 +188,7 @@ class RunManifest:
             if type(value) is not int or not 1 <= value <= 1 << 20:
                 raise ManifestError(name, f"must be a positive int, got {value!r}")
         if self.seq_len > model.seq_len:
-            raise ManifestError("seq_len", f"{self.seq_len} exceeds the preset's {model.seq_len}")
+            raise ManifestError("seq_len", f"{self.seq_len} exceeds the model's {model.seq_len}")
         for name in ("seed", "data_seed"):
             value = getattr(self, name)
             if type(value) is not int or not 0 <= value < 2**63:
@@ -162,6 +209,22 @@ class RunManifest:
         if r.leader_timeout >= r.round_timeout * 4 or r.liveness_timeout <= 0:
             raise ManifestError("rounds", "timeouts out of range")
 
+    def model_config(self) -> ModelConfig:
+        """The model's shape: the preset's, or for an imported run ``init.model`` (it has no preset)."""
+        if self.init.kind != "seed":
+            if self.preset:
+                raise ManifestError("preset", "must be empty for an imported run (init.model is its shape)")
+            return self.init.model_config()
+        try:
+            return preset(self.preset)
+        except UnknownPresetError as exc:
+            raise ManifestError("preset", str(exc)) from None
+
+    @property
+    def model_name(self) -> str:
+        """How to name the model to a person: the preset, or the imported checkpoint's hash."""
+        return self.preset if self.init.kind == "seed" else f"imported {self.init.sha256[:12]}"
+
     @classmethod
     def found(cls, **kwargs: Any) -> RunManifest:
         """A new run: the given settings plus a fresh nonce."""
@@ -170,6 +233,7 @@ class RunManifest:
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["settings"] = json.loads(json.dumps(dict(self.settings)))
+        doc["init"]["model"] = dict(self.init.model)
         for name, default in _OMITTED_AT_DEFAULT.items():
             if getattr(self, name) == default:
                 del doc[name]
@@ -202,6 +266,13 @@ class RunManifest:
         for name in ("kind", "sha256", "token_dtype"):
             if not isinstance(data_doc[name], str):
                 raise ManifestError(f"data.{name}", "must be a string")
+        init_doc = doc.get("init", asdict(InitSpec()))
+        init_keys = set(InitSpec.__dataclass_fields__)
+        if not isinstance(init_doc, dict) or set(init_doc) != init_keys:
+            raise ManifestError("init", f"expected exactly {sorted(init_keys)}")
+        for name, kind in (("kind", str), ("sha256", str), ("model", dict)):
+            if not isinstance(init_doc[name], kind):
+                raise ManifestError(f"init.{name}", f"must be a {kind.__name__}")
         rounds = doc["rounds"]
         round_keys = set(RoundSettings.__dataclass_fields__)
         if not isinstance(rounds, dict) or set(rounds) != round_keys:
@@ -217,7 +288,8 @@ class RunManifest:
         for name in ("preset", "strategy", "nonce"):
             if not isinstance(doc[name], str):
                 raise ManifestError(name, "must be a string")
-        manifest = cls(**{**doc, "rounds": RoundSettings(**rounds), "data": DataSpec(**data_doc)})
+        manifest = cls(**{**doc, "rounds": RoundSettings(**rounds), "data": DataSpec(**data_doc),
+                          "init": InitSpec(**init_doc)})
         if manifest.to_bytes() != bytes(data):
             raise ManifestError("encoding", "not in canonical form (sorted keys, no whitespace)")
         return manifest

@@ -25,6 +25,7 @@ from distro_node.optimizer.config import ScheduleConfig
 
 from .manifest import ManifestError, RoundSettings, RunManifest
 from .run_data import founder_data_spec
+from .run_init import INIT_FIELD, founder_init_spec
 
 # Fields no layer set take these values (see the module docstring for why).
 LOCAL_DEFAULTS: dict[str, Any] = {
@@ -86,9 +87,15 @@ def founder_manifest(settings: JoinSettings, rounds: RoundSettings | None = None
     with every new optimizer default); a DisTrO run without a learning rate gets ``DEMO_DISTRO_LR``, also
     when other schedule fields (warmup, cosine horizon) are set. A data file is hashed here (sha256 and size
     go into the manifest, the path stays local); ``run.grad_clip`` becomes the manifest's ``grad_clip`` and
-    ``[run.rounds]`` its ``rounds`` (unless ``rounds`` is given).
+    ``[run.rounds]`` its ``rounds`` (unless ``rounds`` is given). With ``run.init_from`` the checkpoint
+    directory is read and hashed here: its config.json becomes the model shape (so setting ``run.model`` as
+    well is refused) and its weights hash the manifest's ``init``.
     """
     run = settings.config.run
+    init = founder_init_spec(run.init_from)
+    if init.kind != "seed" and "run.model" in settings.explicit:
+        raise ConfigFieldError("run.model", f"cannot be combined with {INIT_FIELD}: the imported config.json "
+                                            "sets the model shape")
     if rounds is None:
         rounds = RoundSettings.from_config(run.rounds)
     strategy_settings: dict[str, Any] = {}
@@ -99,10 +106,10 @@ def founder_manifest(settings: JoinSettings, rounds: RoundSettings | None = None
         schedule["lr"] = DEMO_DISTRO_LR
         strategy_settings["schedule"] = schedule
     try:
-        return RunManifest.found(preset=run.model, strategy=run.strategy, settings=strategy_settings,
-                                 batch_size=run.batch_size, seq_len=run.seq_len, seed=run.seed,
-                                 data_seed=run.data.seed, grad_clip=run.grad_clip,
-                                 data=founder_data_spec(run.data), rounds=rounds)
+        return RunManifest.found(preset=run.model if init.kind == "seed" else "", strategy=run.strategy,
+                                 settings=strategy_settings, batch_size=run.batch_size, seq_len=run.seq_len,
+                                 seed=run.seed, data_seed=run.data.seed, grad_clip=run.grad_clip,
+                                 data=founder_data_spec(run.data), init=init, rounds=rounds)
     except ManifestError as exc:
         name = "strategy_settings" if exc.field == "settings" else exc.field
         raise ConfigFieldError(f"run.{name}", str(exc)) from None

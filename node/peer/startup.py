@@ -77,13 +77,18 @@ def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunM
     addrs = [f"{a}/p2p/{self_id}" for a in opts.network.announce_addrs] or [str(a) for a in host.addrs()]
     command = f"distro-node join --bootstrap {addrs[0]} --run-id {run_id.hex()}"
     m = manifest
-    extra = ""
-    if m.data.kind != "embedded":  # the file itself never travels: say which one a joiner needs
-        extra = (f" --data-path FILE\n  FILE: their copy of the {m.data.kind} file, "
-                 f"sha256 {m.data.sha256} ({m.data.size:,} B)")
+    flags, notes = "", ""  # printed after the command; join_command itself stays runnable as it is
+    # Neither an imported checkpoint nor a data file travels (yet): say which ones a joiner needs.
+    if m.init.kind != "seed":
+        flags += " --init-from DIR"
+        notes += f"\n  DIR: their copy of the imported Hugging Face checkpoint (sha256 {m.init.sha256})"
+    if m.data.kind != "embedded":
+        flags += " --data-path FILE"
+        notes += f"\n  FILE: their copy of the {m.data.kind} file, sha256 {m.data.sha256} ({m.data.size:,} B)"
+    extra = flags + notes
     out.emit(
         "listening",
-        f"peer {self_id}\n  run {run_id.hex()} ({m.preset}, {m.strategy}, batch "
+        f"peer {self_id}\n  run {run_id.hex()} ({m.model_name}, {m.strategy}, batch "
         f"{m.batch_size}x{m.seq_len})\n  listening on {', '.join(addrs)}\n"
         f"  others join with:\n    {command}{extra}"
         + (f"\n  metrics at {metrics_url}" if metrics_url else ""),
