@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from distro_node.node.cli import data as cli_data
 from distro_node.node.cli import doctor as cli_doctor
 from distro_node.node.cli import init as cli_init
 from distro_node.node.cli import join as cli_join
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_init.add_parser(sub)
     cli_doctor.add_parser(sub)
     cli_status.add_parser(sub)
+    cli_data.add_parser(sub)
     return parser
 
 

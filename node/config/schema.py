@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from distro_node.node.config.prepare import PrepareConfig
 from distro_node.node.config.run import DATA_KINDS, TOKEN_DTYPES, DataConfig, RoundsConfig, RunConfig
 from distro_node.node.config.section import Section, doc
 from distro_node.node.device import DEVICES, PRECISIONS
@@ -165,6 +166,9 @@ class NodeConfig(Section):
     network: NetworkConfig = field(default_factory=NetworkConfig, metadata=doc("peer-to-peer networking"))
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata=doc("checkpoints"))
     metrics: MetricsConfig = field(default_factory=MetricsConfig, metadata=doc("Prometheus metrics"))
+    prepare: PrepareConfig = field(
+        default_factory=PrepareConfig, metadata=doc("`distro-node data prepare`: tokenizer and shards")
+    )
 
     def check(self) -> None:
         self._choice("device", DEVICES)
@@ -193,6 +197,7 @@ __all__ = [
     "MetricsConfig",
     "NetworkConfig",
     "NodeConfig",
+    "PrepareConfig",
     "RoundsConfig",
     "RunConfig",
     "Section",

@@ -53,3 +53,29 @@ class DataSettingError(DataError):
         super().__init__(f"data.{field}: {detail}")
         self.field = field
         self.detail = detail
+
+
+class ShardError(DataFormatError):
+    """A file of a prepared dataset (a shard, its tokenizer) is not what the data manifest says: missing,
+    short or long, corrupt (another sha256), or holding another number of documents. ``path`` is the file."""
+
+
+class DataManifestError(DataFormatError):
+    """A data manifest cannot be trusted as written; ``field`` names the entry (``train.shards[3].sha256``).
+
+    Raised before any shard is opened, so a manifest from elsewhere is checked in full (types, ranges,
+    totals, file names) before a single number in it sizes a read or an allocation."""
+
+    def __init__(self, path: Path | None, field: str, detail: str) -> None:
+        super().__init__(path, f"{field}: {detail}")
+        self.field = field
+
+
+class MissingExtraError(DataError):
+    """An optional dependency is not installed: the message names the extra that brings it, since the
+    daemon core runs without it and only ``data prepare`` (and Parquet input) need it."""
+
+    def __init__(self, package: str, purpose: str, extra: str = "data") -> None:
+        super().__init__(f"{purpose} needs the {package!r} package: pip install 'distro-node[{extra}]'")
+        self.package = package
+        self.extra = extra

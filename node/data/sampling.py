@@ -2,7 +2,9 @@
 
 Every peer can recompute any other peer's batch (to audit it, or to replay a round after a crash) without
 coordination, and two peers never train on the same windows by construction of the key rather than by
-luck of a shared RNG. Offsets come from sha256, not from a torch or numpy generator, because those streams
+luck of a shared RNG. One rule for every source: a window lies inside one row (a row of the embedded corpus,
+a whole file, or one document of a prepared dataset), and all windows of a split are numbered row by row.
+Offsets come from sha256, not from a torch or numpy generator, because those streams
 are not promised to stay the same across library versions and peers run different ones.
 """
 
@@ -14,7 +16,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 from distro_node.node.data.errors import DataSettingError
-from distro_node.node.data.source import TokenSource
+from distro_node.node.data.rows import DocumentRows
+from distro_node.node.data.source import Split, TokenSource
 from torch import Tensor
 
 
@@ -23,20 +26,52 @@ def _check_positive(field: str, value: int) -> None:
         raise DataSettingError(field, f"must be a positive integer, got {value!r}")
 
 
-def _windows_per_row(split: np.ndarray, seq_len: int, split_name: str) -> int:
-    """A window is seq_len + 1 tokens (inputs plus the shifted targets) and must fit inside one row."""
-    per_row = split.shape[1] - seq_len
-    if per_row <= 0:
+def _row_lengths(split: Split) -> np.ndarray:
+    if isinstance(split, DocumentRows):
+        return split.lengths
+    return np.full(split.shape[0], split.shape[1], dtype=np.int64)
+
+
+def _cumulative_windows(split: Split, span: int, stride: int, split_name: str) -> np.ndarray:
+    """Cumulative count of the windows of ``span`` tokens, ``stride`` apart, that fit inside each row.
+
+    Windows are numbered row by row, so window ``i`` is in the first row whose cumulative count exceeds
+    ``i``. For rows of one length this is plain division (``i // per_row``, ``i % per_row``): the batches of
+    every source that existed before documents of unequal length are unchanged."""
+    cache = split.window_cache if isinstance(split, DocumentRows) else None
+    if cache is not None and (span, stride) in cache:
+        return cache[(span, stride)]
+    lengths = _row_lengths(split)
+    counts = np.where(lengths >= span, (lengths - span) // stride + 1, 0)
+    cumulative = np.cumsum(counts)
+    if cumulative.shape[0] == 0 or int(cumulative[-1]) == 0:
+        longest = int(lengths.max()) if lengths.shape[0] else 0
+        shape = f"rows of {longest}" if isinstance(split, np.ndarray) else f"a longest document of {longest}"
         raise DataSettingError(
-            "seq_len",
-            f"{seq_len} needs rows of at least {seq_len + 1} tokens;"
-            f" the {split_name} split has rows of {split.shape[1]}",
+            "seq_len", f"{span - 1} needs rows of at least {span} tokens; the {split_name} split has {shape}"
         )
-    return per_row
+    if cache is not None:
+        cache[(span, stride)] = cumulative
+    return cumulative
 
 
-def _gather(split: np.ndarray, rows: np.ndarray, offsets: np.ndarray, seq_len: int) -> tuple[Tensor, Tensor]:
-    windows = np.stack([split[r, o : o + seq_len + 1] for r, o in zip(rows, offsets, strict=True)])
+def _locate(cumulative: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, index of the window within its row) of each window number in ``flat``."""
+    rows = np.searchsorted(cumulative, flat, side="right")
+    before = np.where(rows > 0, cumulative[np.maximum(rows - 1, 0)], 0)
+    return rows, flat - before
+
+
+def _read(split: Split, row: int, offset: int, count: int) -> np.ndarray:
+    if isinstance(split, DocumentRows):
+        return split.read(row, offset, count)
+    return split[row, offset : offset + count]
+
+
+def _gather(split: Split, rows: np.ndarray, offsets: np.ndarray, seq_len: int) -> tuple[Tensor, Tensor]:
+    windows = np.stack(
+        [_read(split, int(r), int(o), seq_len + 1) for r, o in zip(rows, offsets, strict=True)]
+    )
     tokens = torch.from_numpy(windows.astype(np.int64))
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
@@ -63,15 +98,15 @@ def sample_batch(
     _check_positive("batch_size", batch_size)
     _check_positive("seq_len", seq_len)
     split = source.train
-    per_row = _windows_per_row(split, seq_len, "train")
-    total = split.shape[0] * per_row
+    cumulative = _cumulative_windows(split, seq_len + 1, 1, "train")
+    total = int(cumulative[-1])
     key = batch_key(run_id, step, peer)
     picks = [
         int.from_bytes(hashlib.sha256(key + i.to_bytes(8, "little")).digest()[:16], "little") % total
         for i in range(batch_size)
     ]
-    flat = np.array(picks, dtype=np.int64)
-    return _gather(split, flat // per_row, flat % per_row, seq_len)
+    rows, offsets = _locate(cumulative, np.array(picks, dtype=np.int64))
+    return _gather(split, rows, offsets, seq_len)
 
 
 def eval_batches(
@@ -85,15 +120,16 @@ def eval_batches(
     if max_batches is not None:
         _check_positive("max_batches", max_batches)
     split = source.eval
-    _windows_per_row(split, seq_len, "eval")
-    per_row = (split.shape[1] - 1) // seq_len  # stride seq_len: each target position is scored once
-    count = split.shape[0] * per_row // batch_size
+    # Stride seq_len: each target position is scored once.
+    cumulative = _cumulative_windows(split, seq_len + 1, seq_len, "eval")
+    windows = int(cumulative[-1])
+    count = windows // batch_size
     if count == 0:
         raise DataSettingError(
-            "batch_size", f"the eval split holds {split.shape[0] * per_row} windows, fewer than {batch_size}"
+            "batch_size", f"the eval split holds {windows} windows, fewer than {batch_size}"
         )
     if max_batches is not None:
         count = min(count, max_batches)
     for b in range(count):
-        flat = np.arange(b * batch_size, (b + 1) * batch_size, dtype=np.int64)
-        yield _gather(split, flat // per_row, (flat % per_row) * seq_len, seq_len)
+        rows, index = _locate(cumulative, np.arange(b * batch_size, (b + 1) * batch_size, dtype=np.int64))
+        yield _gather(split, rows, index * seq_len, seq_len)

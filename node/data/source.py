@@ -8,6 +8,10 @@ from types import MappingProxyType
 
 import numpy as np
 from distro_node.node.data.errors import DataSettingError
+from distro_node.node.data.rows import DocumentRows
+
+# A split: a 2-D (rows, row_len) array, or documents of unequal length over shards (node/data/rows.py).
+Split = np.ndarray | DocumentRows
 
 
 @dataclass(frozen=True, eq=False)
@@ -16,14 +20,15 @@ class TokenSource:
 
     Splits are 2-D (rows, row_len) integer arrays: a training window never crosses a row boundary, because
     rows of the synthetic source are independent sequences and a window spanning two of them would contain a
-    transition no model could predict, pushing the achievable loss above the stated floor. A file is one row.
-    Arrays may be read-only memory maps; they are shared (sources are cached), so never write to them.
+    transition no model could predict, pushing the achievable loss above the stated floor. A file is one row;
+    a prepared dataset has one row per document (:class:`DocumentRows`). Arrays may be read-only memory maps;
+    they are shared (sources are cached), so never write to them.
     """
 
     name: str
     vocab_size: int
-    train: np.ndarray
-    eval: np.ndarray
+    train: Split
+    eval: Split
     # Entropy rate in nats/token (the loss of a perfect model given unbounded context); None for real data.
     loss_floor: float | None = None
     # Best achievable loss at window positions 0, 1, ... that see fewer tokens than the source's order needs;
@@ -31,6 +36,9 @@ class TokenSource:
     short_context_floors: tuple[float, ...] = ()
     # Losses of simple predictors (uniform, unigram, bigram, ...) to read a loss curve against.
     reference_losses: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # sha256 of the tokenizer that made the tokens, "" when none did (bytes, the embedded corpus): with one,
+    # the model takes its vocabulary size from the data instead of from the preset (node/presets.py).
+    tokenizer_sha256: str = ""
 
     def window_floor(self, seq_len: int) -> float | None:
         """Mean loss a perfect model achieves over a window of ``seq_len`` targets.
