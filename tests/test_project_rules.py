@@ -103,3 +103,15 @@ def test_consensus_is_pure() -> None:
                 todo.append(target)
     assert bad == []
     assert any(p.parent.name == "consensus" for p in seen) and (ROOT / "protocol" / "messages.py") in seen
+
+
+def test_the_package_never_imports_transformers() -> None:
+    """Hugging Face import and export (node/hf/) use safetensors and json only: transformers is a test
+    dependency and an optional extra, so the daemon must run without it."""
+    bad = [
+        (path, module)
+        for folder in ("optimizer", "compression", "protocol", "node", "distro_node")
+        for path, module in _imports(folder)
+        if module.split(".")[0] == "transformers"
+    ]
+    assert bad == []

@@ -157,11 +157,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "with --data-kind); joiners must hold a file with the manifest's sha256 and size "
                             "[run.data.path]")
     local.add_argument("--init-from", type=Path, default=None, metavar="DIR",
-                       help=config_help("start from a local Hugging Face LlamaForCausalLM checkpoint directory "
-                                        "(config.json + model.safetensors) instead of the seed init. "
-                                        "Founders: its config.json sets the model (no --preset) and the "
-                                        "manifest names its weights by sha256; joiners: their own copy of "
-                                        "the run's directory, checked against that hash", "run.init_from"))
+                       help=config_help("start from a local Hugging Face LlamaForCausalLM checkpoint "
+                                        "directory (config.json + model.safetensors) instead of the seed "
+                                        "init. Founders: its config.json sets the model (no --preset) and "
+                                        "the manifest names its weights by sha256; joiners: their own copy "
+                                        "of the run's directory, checked against that hash",
+                                        "run.init_from"))
     local.add_argument("--comm-delay", type=float, default=0.0, metavar="SECONDS",
                        help="BENCHMARK KNOB, not for real runs: hold this peer's own announcement back by "
                             "SECONDS after its payload is ready, as if the upload took that long, to emulate "

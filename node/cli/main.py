@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from distro_node.node.cli import data as cli_data
 from distro_node.node.cli import doctor as cli_doctor
+from distro_node.node.cli import export as cli_export
 from distro_node.node.cli import init as cli_init
 from distro_node.node.cli import join as cli_join
 from distro_node.node.cli import simulate as cli_simulate
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_init.add_parser(sub)
     cli_doctor.add_parser(sub)
     cli_status.add_parser(sub)
+    cli_export.add_parser(sub)
     cli_data.add_parser(sub)
     return parser
 

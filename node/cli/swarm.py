@@ -53,8 +53,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peers", type=int, default=4, help="number of peer processes (default 4)")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                    help=f"training steps (default {DEFAULT_STEPS})")
-    p.add_argument("--preset", default=config_default("run.model"), choices=list(PRESETS),
+    p.add_argument("--preset", default=None, choices=list(PRESETS),
                    help=config_help("model preset", "run.model"))
+    p.add_argument("--init-from", type=Path, default=None, metavar="DIR",
+                   help=config_help("start from this local Hugging Face LlamaForCausalLM checkpoint "
+                                    "directory instead of the seed init: every peer loads it (its "
+                                    "config.json sets the model, so no --preset)", "run.init_from"))
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: join's DisTrO default)")
     p.add_argument("--batch-size", type=int, default=config_default("run.batch_size"),
                    help=config_help("sequences per peer per step", "run.batch_size"))
@@ -208,30 +212,48 @@ def _check(args: argparse.Namespace) -> dict[int, str]:
         faults[i] = spec.strip()
     if len(faults) >= args.peers:
         raise UsageError("--fault", "at least one peer must be honest")
+    if args.init_from is not None and args.preset is not None:
+        raise UsageError("--preset", "cannot be combined with --init-from: its config.json sets the model")
     return faults
+
+
+def _model(args: argparse.Namespace) -> tuple[str, int]:
+    """(how to name the model, dense bf16 bytes of one gradient): the preset, or the imported checkpoint's
+    config.json (read alone; every peer reads and checks the weights itself)."""
+    from distro_node.node.hf.convert import read_model_config
+    from distro_node.node.model import param_count
+    from distro_node.node.presets import preset
+
+    if args.init_from is not None:
+        return f"imported {args.init_from}", 2 * param_count(read_model_config(args.init_from)[0])
+    name = args.preset or config_default("run.model")
+    return f"preset {name}", 2 * param_count(preset(name))
 
 
 def run_swarm(args: argparse.Namespace) -> int:
     faults = _check(args)
     run_dir: Path = args.run_dir or Path("swarm-runs") / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
-    from distro_node.node.model import param_count
-    from distro_node.node.presets import preset
-
-    dense = 2 * param_count(preset(args.preset))
+    model, dense = _model(args)
     timeout = args.timeout if args.timeout is not None else 60.0 + 5.0 * args.steps
-    run_args = ["--preset", args.preset, "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
+    run_args = ["--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
                 "--round-timeout", str(args.round_timeout), "--genesis-peers", str(args.peers)]
+    if args.init_from is not None:
+        run_args += ["--init-from", str(args.init_from)]
+    else:
+        run_args += ["--preset", args.preset or config_default("run.model")]
     if args.lr is not None:
         run_args += ["--lr", str(args.lr)]
     if args.values is not None:
         run_args += ["--values", args.values]
+    # Joiners run the founder's printed command, which names no local paths: each gets its own copy's.
     local = ["--steps", str(args.steps)]
+    joiner_local = [*local, "--init-from", str(args.init_from)] if args.init_from is not None else local
     swarm = Swarm(run_dir)
     start = time.monotonic()
     interrupted = False
     try:
-        _run(swarm, args, run_args, local, dense, start, start + timeout, faults)
+        _run(swarm, args, run_args, (local, joiner_local), model, dense, start, start + timeout, faults)
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping every peer", flush=True)
@@ -240,12 +262,13 @@ def run_swarm(args: argparse.Namespace) -> int:
         print(f"\ngave up after {timeout:.0f}s (--timeout): stopping every peer", flush=True)
     finally:
         swarm.stop()
-    return _summarise(swarm, args, dense, time.monotonic() - start, run_dir, interrupted)
+    return _summarise(swarm, args, model, dense, time.monotonic() - start, run_dir, interrupted)
 
 
-def _run(swarm: Swarm, args: argparse.Namespace, run_args: list[str], local: list[str], dense: int,
-         start: float, deadline: float, faults: dict[int, str]) -> None:
-    founder = swarm.start([*run_args, *local], faults.get(0), args.fault_start)
+def _run(swarm: Swarm, args: argparse.Namespace, run_args: list[str], local: tuple[list[str], list[str]],
+         model: str, dense: int, start: float, deadline: float, faults: dict[int, str]) -> None:
+    founder_local, joiner_local = local
+    founder = swarm.start([*run_args, *founder_local], faults.get(0), args.fault_start)
     command = ""
     while not command:
         index, event = _next(swarm, deadline)
@@ -255,11 +278,11 @@ def _run(swarm: Swarm, args: argparse.Namespace, run_args: list[str], local: lis
         if event.get("event") == "listening":
             founder.info = event
             command = str(event["join_command"])
-    print(f"run {founder.info['run_id'][:16]}: {args.peers} peers, {args.steps} steps, preset {args.preset}; "
+    print(f"run {founder.info['run_id'][:16]}: {args.peers} peers, {args.steps} steps, {model}; "
           f"logs in {swarm.run_dir}", flush=True)
     joiner = join_args(command)
     for i in range(1, args.peers):
-        swarm.start([*joiner, *local], faults.get(i), args.fault_start)
+        swarm.start([*joiner, *joiner_local], faults.get(i), args.fault_start)
     if faults:
         print("faulty: " + ", ".join(f"peer{i} {spec}" for i, spec in sorted(faults.items())), flush=True)
     every = max(1, args.steps // 25)
@@ -315,7 +338,7 @@ def _next(swarm: Swarm, deadline: float) -> tuple[int, dict[str, Any] | None]:
         raise TimeoutError("swarm deadline passed") from None
 
 
-def _summarise(swarm: Swarm, args: argparse.Namespace, dense: int, wall: float, run_dir: Path,
+def _summarise(swarm: Swarm, args: argparse.Namespace, model: str, dense: int, wall: float, run_dir: Path,
                interrupted: bool) -> int:
     from distro_node.node.data.embedded import markov_source
     from distro_node.node.plots import plot_losses
@@ -338,7 +361,8 @@ def _summarise(swarm: Swarm, args: argparse.Namespace, dense: int, wall: float, 
     tail = [mean_loss[s] for s in sorted(mean_loss)[-5:]]
     agreed = len(set(honest_hash.values())) == 1 and None not in honest_hash.values()
     summary: dict[str, Any] = {
-        "peers": args.peers, "steps": args.steps, "preset": args.preset, "wall_seconds": round(wall, 1),
+        "peers": args.peers, "steps": args.steps, "model": model, "wall_seconds": round(wall, 1),
+        "preset": None if args.init_from is not None else args.preset or config_default("run.model"),
         "interrupted": interrupted, "steps_completed": {n: (s + 1 if s is not None else 0)
                                                         for n, s in last.items()},
         "final_weights_hash": final_hash, "weights_agree": agreed,
@@ -358,7 +382,7 @@ def _summarise(swarm: Swarm, args: argparse.Namespace, dense: int, wall: float, 
     curves = {p.name: [(s, r["loss"]) for s, r in sorted(p.rows.items()) if r.get("loss") is not None]
               for p in swarm.peers}
     floor = markov_source(0).loss_floor
-    plot_losses(curves, run_dir / "loss.png", title=f"distro-node swarm: {args.peers} peers, {args.preset}",
+    plot_losses(curves, run_dir / "loss.png", title=f"distro-node swarm: {args.peers} peers, {model}",
                 floor=floor)
     fmt = (lambda v: "-" if v is None else f"{v:.4f}")  # noqa: E731
     reduction = summary["reduction_vs_dense"]

@@ -32,7 +32,7 @@ from distro_node.node.hf.files import (
     write_directory,
     write_json,
 )
-from distro_node.node.hf.mapping import hf_config, model_config_from_hf, name_pairs, plan_import, to_hf
+from distro_node.node.hf.mapping import hf_config, model_config_from_hf, parameter_shapes, plan_import, to_hf
 from distro_node.node.model import ModelConfig
 from safetensors.torch import save_file
 
@@ -55,9 +55,9 @@ def read_model_config(directory: Path) -> tuple[ModelConfig, bool]:
 
 
 def weights_sha256(state: Mapping[str, torch.Tensor], config: ModelConfig) -> str:
-    """sha256 (hex) over our tensors in our registration order: equal to ``model_hash`` of a ``Llama``
-    holding ``state``, since the model has no persistent buffers."""
-    return tensors_hash((ours, state[ours]) for ours, _ in name_pairs(config.n_layers))
+    """sha256 (hex) over our tensors in the model's ``state_dict`` order: equal to ``model_hash`` of a
+    ``Llama`` holding ``state``, since the model has no persistent buffers."""
+    return tensors_hash((name, state[name]) for name in parameter_shapes(config))
 
 
 def load_hf_checkpoint(directory: Path) -> ImportedCheckpoint:

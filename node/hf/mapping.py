@@ -199,8 +199,8 @@ def model_config_from_hf(doc: Mapping[str, Any], path: Path) -> tuple[ModelConfi
 
 
 def name_pairs(n_layers: int) -> list[tuple[str, str]]:
-    """(our name, transformers' name) of every parameter, in our model's registration order (the order the
-    weights hash reads them in)."""
+    """(our name, transformers' name) of every parameter, layer by layer (the weights hash reads them in the
+    model's own order instead: :func:`parameter_shapes`)."""
     pairs = [("embed", "model.embed_tokens.weight")]
     for i in range(n_layers):
         ours, hf = f"layers.{i}.", f"model.layers.{i}."
@@ -214,7 +214,8 @@ def name_pairs(n_layers: int) -> list[tuple[str, str]]:
 
 
 def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Our parameter names and shapes, from a shape-only (meta) model: no memory, and no second copy of the
+    """Our parameter names and shapes in the model's ``state_dict`` order (its own parameters, embed and
+    head, before the submodules'), from a shape-only (meta) model: no memory, and no second copy of the
     layout to keep in step with node/model.py."""
     with torch.device("meta"):
         model = Llama(config, seed=None)
