@@ -3,10 +3,15 @@
 The ladder goes from what CI can train in seconds on one CPU core up to the DisTrO report's 1.2B (Table 1).
 The small presets use a byte vocabulary (256) so they run on the embedded dataset and on raw text files
 without a tokenizer; the larger ones use the report's 32000-token vocabulary and need pre-tokenized data.
+
+A run whose data comes with a tokenizer (a prepared dataset, ``distro-node data prepare``) takes the
+tokenizer's vocabulary size instead of the preset's (:func:`with_vocab`): the embedding must have a row for
+every id the tokenizer can produce and has no use for more, and the rest of the shape stays the preset's.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from distro_node.node.model import ModelConfig
@@ -54,3 +59,8 @@ def preset(name: str) -> ModelConfig:
         return PRESETS[name.lower()]
     except (KeyError, AttributeError):
         raise UnknownPresetError(name) from None
+
+
+def with_vocab(config: ModelConfig, vocab_size: int) -> ModelConfig:
+    """``config`` with the vocabulary of the run's tokenizer (embedding and output head rows)."""
+    return replace(config, vocab_size=vocab_size)

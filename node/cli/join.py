@@ -90,9 +90,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help=config_help("embedded dataset seed", "run.data.seed"))
     run.add_argument("--data-kind", default=None, choices=DATA_KINDS,
                      help="training data: embedded (default; offline Markov corpus), text (a file of bytes, "
-                          "vocab 256) or tokens (flat little-endian uint16/uint32 ids); a file's sha256 and "
-                          "size go into the run manifest, its path never does (see --data-path) "
-                          "[run.data.kind]")
+                          "vocab 256), tokens (flat little-endian uint16/uint32 ids) or shards (a folder "
+                          "from `distro-node data prepare`; the model takes its tokenizer's vocabulary "
+                          "size); a file's sha256 and size go into the run manifest, its path never does "
+                          "(see --data-path) [run.data.kind]")
     run.add_argument("--token-dtype", default=None, choices=TOKEN_DTYPES,
                      help="token files: id width (default auto: from a .u16/.u32 name) "
                           "[run.data.token_dtype]")
@@ -153,9 +154,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                         "their gradients: less memory, the same run (N must divide the batch "
                                         "size)", "run.grad_accum"))
     local.add_argument("--data-path", type=Path, default=None,
-                       help="this machine's copy of the run's data file (founders: the file to train on, "
-                            "with --data-kind); joiners must hold a file with the manifest's sha256 and size "
-                            "[run.data.path]")
+                       help="this machine's copy of the run's data file or prepared folder (founders: the "
+                            "data to train on, with --data-kind); joiners must hold a file with the "
+                            "manifest's sha256 and size [run.data.path]")
     local.add_argument("--init-from", type=Path, default=None, metavar="DIR",
                        help=config_help("start from a local Hugging Face LlamaForCausalLM checkpoint "
                                         "directory (config.json + model.safetensors) instead of the seed "

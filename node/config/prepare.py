@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from distro_node.node.config.section import Section, doc
+from distro_node.node.data.data_manifest import MAX_VOCAB
 
 # The largest shard a writer buffers in memory: 2**28 ids are 1 GiB at uint32.
 MAX_SHARD_TOKENS = 1 << 28
@@ -43,7 +44,7 @@ class PrepareConfig(Section):
     )
 
     def check(self) -> None:
-        self._range("vocab_size", 257, 1 << 24)
+        self._range("vocab_size", 257, MAX_VOCAB)
         self._range("shard_tokens", 1024, MAX_SHARD_TOKENS)
         for name in ("eod_token", "text_field"):
             if not getattr(self, name):

@@ -19,7 +19,7 @@ from distro_node.optimizer.config import StrategyConfig
 from distro_node.optimizer.errors import ConfigError
 from distro_node.optimizer.registry import STRATEGIES, make_config
 
-DATA_KINDS: tuple[str, ...] = ("embedded", "text", "tokens")
+DATA_KINDS: tuple[str, ...] = ("embedded", "text", "tokens", "shards")
 TOKEN_DTYPES: tuple[str, ...] = ("auto", "uint16", "uint32")
 
 
@@ -31,13 +31,15 @@ class DataConfig(Section):
 
     kind: str = field(
         default="embedded",
-        metadata=doc("embedded (offline Markov corpus, known loss floor) | text | tokens"),
+        metadata=doc("embedded (offline Markov corpus, known loss floor) | text | tokens | shards (a dataset "
+                     "from `distro-node data prepare`; the model takes its tokenizer's vocabulary size)"),
     )
     path: Path | None = field(
         default=None,
         metadata=doc(
-            "text: any UTF-8/bytes file (byte vocabulary); tokens: flat little-endian token ids; local: "
-            "join checks the file's sha256 and size against the run manifest",
+            "text: any UTF-8/bytes file (byte vocabulary); tokens: flat little-endian token ids; shards: "
+            "the folder `data prepare` wrote (or its data.json); local: join checks the file's sha256 and "
+            "size against the run manifest",
             example="/data/corpus.u16",
         ),
     )
@@ -47,7 +49,8 @@ class DataConfig(Section):
     )
     eval_fraction: float = field(
         default=0.01,
-        metadata=doc("tail fraction of a file held out for evaluation, in (0, 1)"),
+        metadata=doc("tail fraction of a file held out for evaluation, in (0, 1); shards: the fraction of "
+                     "documents `data prepare` holds out (the run uses the split the dataset records)"),
     )
     seed: int = field(default=0, metadata=doc("seed of the embedded corpus (the same on every peer)"))
 

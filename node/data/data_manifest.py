@@ -27,6 +27,9 @@ MANIFEST_NAME = "data.json"
 # ~150 bytes per shard entry: room for ~400k shards (6.7T tokens at the default 16M tokens per shard).
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_SHARD_TOKENS = 1 << 31
+# The largest vocabulary a dataset may have: it sizes the model's embedding (the biggest public tokenizers
+# have ~256k ids), and a run manifest from a stranger must not make a joiner allocate more.
+MAX_VOCAB = 1 << 21
 DTYPES: dict[str, int] = {"uint16": 2, "uint32": 4}  # itemsize; always little-endian on disk
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -146,7 +149,7 @@ class _Parser:
 
     def tokenizer(self, doc: Any) -> TokenizerEntry:
         doc = self.table(doc, "tokenizer", TokenizerEntry)
-        vocab_size = self.integer(doc["vocab_size"], "tokenizer.vocab_size", 2, 1 << 32)
+        vocab_size = self.integer(doc["vocab_size"], "tokenizer.vocab_size", 2, MAX_VOCAB)
         return TokenizerEntry(
             file=self.text(doc["file"], "tokenizer.file", _FILE_NAME),
             sha256=self.text(doc["sha256"], "tokenizer.sha256", _SHA256_HEX),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from distro_node.node.data.data_manifest import MAX_VOCAB
 from distro_node.node.data.errors import DataFormatError, DataSettingError
 from distro_node.node.data.extras import require_tokenizers
 
@@ -101,8 +102,8 @@ def describe(tokenizer: Tokenizer, raw: bytes, eod_token: str, path: Path | None
                                     f"special tokens with --eod-token [prepare.eod_token]: {special[:20]}")
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     vocab_size = max(vocab.values()) + 1
-    if vocab_size > 1 << 32:
-        raise DataFormatError(path, f"token ids up to {vocab_size - 1} do not fit uint32 shards")
+    if vocab_size > MAX_VOCAB:
+        raise DataFormatError(path, f"has {vocab_size} ids, more than a run takes ({MAX_VOCAB})")
     return TokenizerInfo(hashlib.sha256(raw).hexdigest(), vocab_size, eod_id, eod_token)
 
 

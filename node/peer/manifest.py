@@ -39,11 +39,12 @@ from distro_node.optimizer.errors import ConfigError
 from distro_node.optimizer.registry import STRATEGIES, make_config
 from distro_node.protocol.consensus import RoundConfig, RoundConfigError
 
-from ..presets import UnknownPresetError, preset
+from ..data.data_manifest import MAX_VOCAB
+from ..presets import UnknownPresetError, preset, with_vocab
 
 MANIFEST_VERSION = 1
 MAX_MANIFEST_BYTES = 64 * 1024
-DATA_FILE_KINDS: tuple[str, ...] = ("text", "tokens")
+DATA_FILE_KINDS: tuple[str, ...] = ("text", "tokens", "shards")
 TOKEN_DTYPES: tuple[str, ...] = ("uint16", "uint32")
 _RUN = RunConfig()  # the defaults below come from the node config's [run] table (one source)
 DEFAULT_GRAD_CLIP = _RUN.grad_clip
@@ -84,13 +85,21 @@ class DataSpec:
     """The run's training data as every peer must hold it. A file is named by kind, sha256 and size, never by
     path: each peer keeps its copy where it likes, and the hash proves they train on the same bytes.
     ``token_dtype`` (token files) and ``eval_fraction`` decide the tokens and the train split, so they are
-    shared too. The default is the embedded dataset (seeded by the manifest's ``data_seed``)."""
+    shared too. The default is the embedded dataset (seeded by the manifest's ``data_seed``).
+
+    A prepared dataset (kind ``shards``) is named by its data manifest (data.json: sha256 and size of that
+    file, which names every shard by sha256), with the split and width it records, plus its tokenizer's
+    sha256 and vocabulary size: the model takes that vocabulary instead of the preset's
+    (:meth:`RunManifest.model_config`). These two fields exist for shards only and are left out of the
+    bytes otherwise, so the run ids of file runs stay what they were."""
 
     kind: str = "embedded"
     sha256: str = ""
     size: int = 0
     token_dtype: str = ""
     eval_fraction: float = 0.01
+    tokenizer_sha256: str = ""
+    vocab_size: int = 0
 
     def check(self) -> None:
         if self.kind == "embedded":
@@ -105,11 +114,25 @@ class DataSpec:
         if type(self.size) is not int or not 0 < self.size < 2**63:
             raise ManifestError("data.size", f"must be a positive int, got {self.size!r}")
         wanted = TOKEN_DTYPES if self.kind == "tokens" else ("",)
+        if self.kind == "shards":
+            self._check_tokenizer()
+            wanted = ("uint16" if self.vocab_size <= 1 << 16 else "uint32",)
+        elif (self.tokenizer_sha256, self.vocab_size) != ("", 0):
+            raise ManifestError("data.tokenizer_sha256", f"only kind shards has a tokenizer, not "
+                                                         f"{self.kind!r}")
         if self.token_dtype not in wanted:
             raise ManifestError("data.token_dtype", f"must be one of {wanted} for kind {self.kind!r}")
         fraction = self.eval_fraction
         if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction < 1:
             raise ManifestError("data.eval_fraction", f"must be in (0, 1), got {fraction!r}")
+
+    def _check_tokenizer(self) -> None:
+        if not isinstance(self.tokenizer_sha256, str) or not _SHA256_HEX.fullmatch(self.tokenizer_sha256):
+            raise ManifestError("data.tokenizer_sha256", "must be 64 lowercase hex characters")
+        # The model's embedding is sized by it before any local file is read: capped (MAX_VOCAB).
+        if type(self.vocab_size) is not int or not 2 <= self.vocab_size <= MAX_VOCAB:
+            raise ManifestError("data.vocab_size", f"must be an int in [2, {MAX_VOCAB}], "
+                                                   f"got {self.vocab_size!r}")
 
 
 INIT_KINDS: tuple[str, ...] = ("seed", "hf")
@@ -153,6 +176,7 @@ class InitSpec:
 
 
 # Later fields and the values at which they are left out of the canonical bytes (see the module docstring).
+_DATA_OMITTED_AT_DEFAULT: dict[str, Any] = {"tokenizer_sha256": "", "vocab_size": 0}
 _OMITTED_AT_DEFAULT: dict[str, Any] = {"grad_clip": DEFAULT_GRAD_CLIP, "data": DataSpec(), "init": InitSpec()}
 
 
@@ -176,6 +200,9 @@ class RunManifest:
         if not isinstance(self.init, InitSpec):
             raise ManifestError("init", "must be an InitSpec")
         self.init.check()
+        if not isinstance(self.data, DataSpec):
+            raise ManifestError("data", "must be a DataSpec")
+        self.data.check()  # before the shape: a tokenizer's vocabulary size is part of it
         model = self.model_config()
         if self.strategy not in STRATEGIES:
             raise ManifestError("strategy", f"must be one of {sorted(STRATEGIES)}")
@@ -198,9 +225,6 @@ class RunManifest:
             math.isfinite(clip) and 0 <= clip <= 1e9
         ):
             raise ManifestError("grad_clip", f"must be a number in [0, 1e9], got {clip!r}")
-        if not isinstance(self.data, DataSpec):
-            raise ManifestError("data", "must be a DataSpec")
-        self.data.check()
         if not isinstance(self.nonce, str) or len(self.nonce) > 64:
             raise ManifestError("nonce", "must be a string of at most 64 characters")
         if self.version != MANIFEST_VERSION:
@@ -210,15 +234,23 @@ class RunManifest:
             raise ManifestError("rounds", "timeouts out of range")
 
     def model_config(self) -> ModelConfig:
-        """The model's shape: the preset's, or for an imported run ``init.model`` (it has no preset)."""
+        """The model's shape: the preset's, or for an imported run ``init.model`` (it has no preset). With
+        a tokenizer's data (``data.vocab_size``) a preset takes its vocabulary; an imported model must have
+        it already."""
+        vocab = self.data.vocab_size
         if self.init.kind != "seed":
             if self.preset:
                 raise ManifestError("preset", "must be empty for an imported run (init.model is its shape)")
-            return self.init.model_config()
+            shape = self.init.model_config()
+            if vocab and shape.vocab_size != vocab:
+                raise ManifestError("data.vocab_size", f"the run's tokenizer has {vocab} ids but the "
+                                                       f"imported model's vocabulary is {shape.vocab_size}")
+            return shape
         try:
-            return preset(self.preset)
+            shape = preset(self.preset)
         except UnknownPresetError as exc:
             raise ManifestError("preset", str(exc)) from None
+        return with_vocab(shape, vocab) if vocab else shape
 
     @property
     def model_name(self) -> str:
@@ -237,6 +269,9 @@ class RunManifest:
         for name, default in _OMITTED_AT_DEFAULT.items():
             if getattr(self, name) == default:
                 del doc[name]
+        for name, default in _DATA_OMITTED_AT_DEFAULT.items():
+            if "data" in doc and doc["data"][name] == default:
+                del doc["data"][name]
         return doc
 
     def to_bytes(self) -> bytes:
@@ -261,10 +296,12 @@ class RunManifest:
             raise ManifestError("keys", f"expected {sorted(required)}, optionally {optional}")
         data_doc = doc.get("data", asdict(DataSpec()))
         data_keys = set(DataSpec.__dataclass_fields__)
-        if not isinstance(data_doc, dict) or set(data_doc) != data_keys:
-            raise ManifestError("data", f"expected exactly {sorted(data_keys)}")
-        for name in ("kind", "sha256", "token_dtype"):
-            if not isinstance(data_doc[name], str):
+        data_required = data_keys - set(_DATA_OMITTED_AT_DEFAULT)
+        if not isinstance(data_doc, dict) or not data_required <= set(data_doc) <= data_keys:
+            raise ManifestError("data", f"expected {sorted(data_required)}, optionally "
+                                        f"{sorted(_DATA_OMITTED_AT_DEFAULT)}")
+        for name in ("kind", "sha256", "token_dtype", "tokenizer_sha256"):
+            if name in data_doc and not isinstance(data_doc[name], str):
                 raise ManifestError(f"data.{name}", "must be a string")
         init_doc = doc.get("init", asdict(InitSpec()))
         init_keys = set(InitSpec.__dataclass_fields__)

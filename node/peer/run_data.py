@@ -3,10 +3,15 @@
 A founder hashes its file into a :class:`DataSpec` (kind, sha256, size, token width, eval split); a joiner
 opens its own copy and must find the same sha256 and size, or it would train on other tokens than everyone
 else while still exchanging payloads with them. Mismatches are typed errors naming ``run.data.path``.
+
+A prepared dataset (kind ``shards``) is named by its data.json the same way; that file names the tokenizer
+and every shard by sha256, which node/data/shards.py checks when it opens them. A joiner whose data.json
+differs is told which tokenizer its copy was made with when that is the difference.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from distro_node.node.config.load import DataConfig
@@ -21,6 +26,7 @@ from ..data import (
     token_file_source,
 )
 from ..data.files import TokenDtype
+from ..data.shards import manifest_path, open_shards, read_manifest
 from .local import LocalSetupError
 from .manifest import DataSpec
 
@@ -36,6 +42,8 @@ def founder_data_spec(data: DataConfig) -> DataSpec:
         return DataSpec()
     if data.path is None:
         raise LocalSetupError(PATH_FIELD, f"is required for run.data.kind {data.kind!r}")
+    if data.kind == "shards":
+        return _shards_spec(data.path)
     try:
         sha256, size = file_fingerprint(data.path)
         dtype = ""
@@ -52,6 +60,33 @@ def founder_data_spec(data: DataConfig) -> DataSpec:
                     eval_fraction=data.eval_fraction)
 
 
+def _shards_spec(path: Path) -> DataSpec:
+    """A prepared dataset: its data.json by sha256 and size, with the split, width and tokenizer it names
+    (the shards themselves are checked when the trainer opens them)."""
+    try:
+        manifest, raw = read_manifest(path)
+    except DataError as exc:
+        raise LocalSetupError(PATH_FIELD, str(exc)) from None
+    return DataSpec(kind="shards", sha256=hashlib.sha256(raw).hexdigest(), size=len(raw),
+                    token_dtype=manifest.dtype, eval_fraction=manifest.eval_fraction,
+                    tokenizer_sha256=manifest.tokenizer.sha256, vocab_size=manifest.tokenizer.vocab_size)
+
+
+def _not_the_runs(spec: DataSpec, path: Path, sha256: str, size: int) -> LocalSetupError:
+    what = "prepared data" if spec.kind == "shards" else "file"
+    detail = (f"{path} has sha256 {sha256} ({size} bytes) but the run's data.sha256 is {spec.sha256} "
+              f"({spec.size} bytes): not the run's {what}")
+    if spec.kind == "shards":
+        try:
+            theirs = read_manifest(path)[0].tokenizer.sha256
+        except DataError:
+            theirs = spec.tokenizer_sha256
+        if theirs != spec.tokenizer_sha256:
+            detail += (f"; it was made with tokenizer sha256 {theirs}, the run's tokenizer is "
+                       f"{spec.tokenizer_sha256}")
+    return LocalSetupError(PATH_FIELD, detail)
+
+
 def open_run_source(spec: DataSpec, data_seed: int, path: Path | None, vocab_size: int) -> TokenSource:
     """This peer's view of the run's data; for a file, only after its sha256 and size match the manifest."""
     if spec.kind == "embedded":
@@ -60,16 +95,22 @@ def open_run_source(spec: DataSpec, data_seed: int, path: Path | None, vocab_siz
                                               "unset it")
         source = markov_source(data_seed)
     else:
+        if path is None and spec.kind == "shards":
+            raise LocalSetupError(PATH_FIELD, f"this run trains on a prepared dataset (data.json sha256 "
+                                              f"{spec.sha256}, tokenizer sha256 {spec.tokenizer_sha256}): "
+                                              "pass your copy's folder with --data-path")
         if path is None:
             raise LocalSetupError(PATH_FIELD, f"this run trains on a {spec.kind} file (sha256 {spec.sha256}, "
                                               f"{spec.size} bytes): pass your copy with --data-path")
         try:
+            if spec.kind == "shards":
+                path = manifest_path(path)
             sha256, size = file_fingerprint(path)
             if (sha256, size) != (spec.sha256, spec.size):
-                raise LocalSetupError(PATH_FIELD, f"{path} has sha256 {sha256} ({size} bytes) but the run's "
-                                                  f"data.sha256 is {spec.sha256} ({spec.size} bytes): not "
-                                                  "the run's file")
-            if spec.kind == "text":
+                raise _not_the_runs(spec, path, sha256, size)
+            if spec.kind == "shards":
+                source = open_shards(path)
+            elif spec.kind == "text":
                 source = text_source(path, eval_fraction=spec.eval_fraction)
             else:
                 width: TokenDtype = "uint16" if spec.token_dtype == "uint16" else "uint32"

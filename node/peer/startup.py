@@ -82,7 +82,11 @@ def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunM
     if m.init.kind != "seed":
         flags += " --init-from DIR"
         notes += f"\n  DIR: their copy of the imported Hugging Face checkpoint (sha256 {m.init.sha256})"
-    if m.data.kind != "embedded":
+    if m.data.kind == "shards":
+        flags += " --data-path DATA"
+        notes += (f"\n  DATA: their copy of the prepared dataset (`distro-node data prepare`), data.json "
+                  f"sha256 {m.data.sha256}, tokenizer sha256 {m.data.tokenizer_sha256}")
+    elif m.data.kind != "embedded":
         flags += " --data-path FILE"
         notes += f"\n  FILE: their copy of the {m.data.kind} file, sha256 {m.data.sha256} ({m.data.size:,} B)"
     extra = flags + notes

@@ -19,7 +19,7 @@ from distro_node.node.data.sampling import eval_batches, sample_batch
 from distro_node.node.data.source import TokenSource
 from distro_node.node.faults import FaultSpec
 from distro_node.node.model import Llama, ModelConfig, next_token_loss, param_count
-from distro_node.node.presets import preset
+from distro_node.node.presets import preset, with_vocab
 from distro_node.node.sim.swarm import Observer, SimulatedSwarm, StepReport, WireFilter
 from distro_node.optimizer.registry import build_strategy
 from distro_node.protocol.scores import ScoreKeeper, ScorePolicy
@@ -124,10 +124,13 @@ class ExperimentResult:
         }
 
 
-def model_config_for(cfg: ExperimentConfig) -> ModelConfig:
+def model_config_for(cfg: ExperimentConfig, source: TokenSource | None = None) -> ModelConfig:
+    """The preset's shape; with a source made by a tokenizer, its vocabulary (as a run manifest does)."""
     model_cfg = preset(cfg.preset)
     if cfg.seq_len is not None and cfg.seq_len > model_cfg.seq_len:
         raise ExperimentConfigError("seq_len", f"{cfg.seq_len} exceeds the preset's {model_cfg.seq_len}")
+    if source is not None and source.tokenizer_sha256:
+        model_cfg = with_vocab(model_cfg, source.vocab_size)
     return model_cfg
 
 
@@ -137,8 +140,8 @@ def build_swarm(
     wire_filter: WireFilter | None = None,
     observer: Observer | None = None,
 ) -> tuple[SimulatedSwarm, TokenSource]:
-    model_cfg = model_config_for(cfg)
     source = source if source is not None else markov_source(cfg.data_seed)
+    model_cfg = model_config_for(cfg, source)
     source.check_vocab(model_cfg.vocab_size)
     seq_len = cfg.seq_len or model_cfg.seq_len
     run_id = cfg.run_id()
@@ -174,10 +177,12 @@ def run_experiment(
     on_step: Callable[[StepReport], None] | None = None,
     wire_filter: WireFilter | None = None,
     observer: Observer | None = None,
+    source: TokenSource | None = None,
 ) -> ExperimentResult:
+    """``source`` None: the embedded corpus of ``cfg.data_seed``."""
     start = time.perf_counter()
-    swarm, source = build_swarm(cfg, wire_filter=wire_filter, observer=observer)
-    model_cfg = model_config_for(cfg)
+    swarm, source = build_swarm(cfg, source, wire_filter=wire_filter, observer=observer)
+    model_cfg = model_config_for(cfg, source)
     seq_len = cfg.seq_len or model_cfg.seq_len
     held_out = list(
         eval_batches(source, batch_size=cfg.batch_size, seq_len=seq_len, max_batches=cfg.eval_batches)
