@@ -27,6 +27,7 @@ from distro_node.node.doctor.listen import check_listen
 from distro_node.node.doctor.memory import check_memory, estimate
 from distro_node.node.doctor.payload import budget, check_payload, check_step_time
 from distro_node.node.doctor.report import FAIL, PASS, Check, render_text, report_dict
+from distro_node.node.hf.convert import read_model_config
 from distro_node.node.model import param_count
 from distro_node.node.presets import PRESETS, preset
 
@@ -157,7 +158,11 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
     _check_args(args)
     config, config_check, where = load_checked(args)
     run_cfg = config.run
-    model = preset(run_cfg.model)
+    model_name = run_cfg.model
+    if run_cfg.init_from is not None:  # an imported model: its config.json has the shape (no weights read)
+        model, model_name = read_model_config(run_cfg.init_from)[0], f"imported {run_cfg.init_from}"
+    else:
+        model = preset(run_cfg.model)
     settings = run_cfg.strategy_config
     checks = [config_check]
 
@@ -176,7 +181,7 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
         available, source = int(args.memory_gb * 1e9), "--memory-gb"
     else:
         available, source = available_memory(device)
-    checks.append(check_memory(run_cfg.model, fp32, bf16, available, source, **sizes))
+    checks.append(check_memory(model_name, fp32, bf16, available, source, **sizes))
 
     # A real step is timed only when it would use a small share of the memory there is.
     footprint = fp32.weights + fp32.gradients + fp32.activations
@@ -206,7 +211,8 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
 
     context = {
         "config": where,
-        "preset": run_cfg.model,
+        "preset": run_cfg.model if run_cfg.init_from is None else None,
+        "model": f"preset {model_name}" if run_cfg.init_from is None else model_name,
         "params": param_count(model),
         "strategy": run_cfg.strategy,
         "device": device,
@@ -225,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report_dict(context, checks), indent=1))
     else:
         title = (
-            f"distro-node doctor: preset {context['preset']} ({context['params']:,} params), strategy "
+            f"distro-node doctor: {context['model']} ({context['params']:,} params), strategy "
             f"{context['strategy']}, {context['peers']} peers, uplink {context['uplink_mbit']:g} Mbit/s"
         )
         print(render_text(title, checks))

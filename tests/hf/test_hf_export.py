@@ -13,7 +13,7 @@ from distro_node.node.cli.main import main
 from distro_node.node.hf import convert
 from distro_node.node.hf.convert import export_hf, load_hf_checkpoint
 from distro_node.node.hf.errors import HFFileError
-from distro_node.node.model import Llama, ModelConfig
+from distro_node.node.model import Llama, ModelConfig, param_count
 from distro_node.node.peer import checkpointing
 from distro_node.node.peer.manifest import RunManifest
 from distro_node.node.peer.trainer import Trainer
@@ -152,3 +152,17 @@ def test_export_refuses_a_file_as_target(tmp_path: Path) -> None:
     with pytest.raises(HFFileError) as err:
         export_hf(trained_state(), CONFIG, tmp_path / "out", force=True)
     assert err.value.path == tmp_path / "out" and "not a directory" in str(err.value)
+
+
+def test_doctor_sizes_an_imported_model_from_its_config(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`doctor` with run.init_from reads the shape from config.json, not from the (unused) preset."""
+    big = ModelConfig(vocab_size=1000, hidden=128, intermediate=256, n_layers=3, n_heads=4, n_kv_heads=4,
+                      seq_len=64)
+    export_hf(Llama(big, seed=0).state_dict(), big, tmp_path / "model")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DISTRO_NODE_RUN__INIT_FROM", str(tmp_path / "model"))
+    code = main(["doctor", "--json", "--listen", "/ip4/127.0.0.1/tcp/0", "--compute-seconds", "0.1"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["context"]["params"] == param_count(big) and report["context"]["preset"] is None
+    assert report["context"]["model"] == f"imported {tmp_path / 'model'}", code
