@@ -6,9 +6,11 @@ else the newest valid checkpoint where a node with this config writes them (``ch
 shape, and its stored weights hash is checked before anything is written, so an export is exactly the
 weights the run agreed on at that step. The mapping and why it is exact: node/hf/mapping.py.
 
-The tokenizer: runs on the embedded corpus or on text files use bytes (vocabulary 256) and need none;
-``--tokenizer`` copies a tokenizer.json along. :func:`run_tokenizer` is where a run that names its
-tokenizer (the prepared datasets being added in node/data/) will supply it without the flag.
+The tokenizer: runs on the embedded corpus or on text files use bytes (vocabulary 256) and need none. A run
+on a prepared dataset (``run.data.kind = shards``) names its tokenizer by sha256: :func:`run_tokenizer` finds
+this machine's copy through the dataset folder (``--data-path``, else the config's ``run.data.path``), checks
+the hash, and ships it with the dataset's end-of-document token as eos. ``--tokenizer`` gives one by hand
+(checked against the run's hash when the run names one).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from distro_node.node.checkpoint.store import (
 )
 from distro_node.node.cli.common import UsageError, config_path
 from distro_node.node.config.load import load_config
-from distro_node.node.hf.convert import export_hf, weights_sha256
+from distro_node.node.config.schema import NodeConfig
+from distro_node.node.data.errors import DataError
+from distro_node.node.data.shards import file_sha256, manifest_path, read_manifest
+from distro_node.node.hf.convert import ExportTokenizer, export_hf, weights_sha256
 from distro_node.node.model import param_count
 from distro_node.node.peer.manifest import ManifestError, RunManifest
 
@@ -60,9 +65,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, default=None, metavar="PATH",
                    help="config file to find the checkpoints by (default $DISTRO_NODE_CONFIG, else "
                         "./distro-node.toml if present)")
+    p.add_argument("--data-path", type=Path, default=None, metavar="DIR",
+                   help="runs on a prepared dataset: this machine's copy of its folder, whose tokenizer.json "
+                        "(checked against the run's sha256) goes into OUT (default: the config's "
+                        "run.data.path) [run.data.path]")
     p.add_argument("--tokenizer", type=Path, default=None, metavar="FILE",
-                   help="tokenizer.json to copy into OUT (default: the run's, when it names one; byte-level "
-                        "runs need none)")
+                   help="tokenizer.json to copy into OUT instead (default: the run's, found with "
+                        "--data-path; byte-level runs need none)")
     p.add_argument("--force", action="store_true", help="replace OUT even if it is not empty")
     p.set_defaults(func=run)
 
@@ -76,7 +85,7 @@ def _newest(directory: Path) -> Checkpoint:
     return ckpt
 
 
-def find_checkpoint(args: argparse.Namespace) -> Checkpoint:
+def find_checkpoint(args: argparse.Namespace, config: NodeConfig) -> Checkpoint:
     """The checkpoint to export, located as the module docstring says; UsageError names what is missing."""
     try:
         if args.checkpoint is not None:
@@ -86,7 +95,6 @@ def find_checkpoint(args: argparse.Namespace) -> Checkpoint:
             if not path.is_dir():
                 raise UsageError("--checkpoint", f"{path} is not a checkpoint or a folder of checkpoints")
             return _newest(path)
-        config = load_config(config_path(args.config), flags={"data_dir": args.data_dir})
         return _newest(config.checkpoint_dir)
     except CheckpointError as exc:
         raise UsageError("checkpoint", str(exc)) from None
@@ -101,28 +109,56 @@ def checkpoint_manifest(ckpt: Checkpoint) -> RunManifest:
         raise UsageError("checkpoint", f"{ckpt.path}: no usable run manifest in its extras ({exc})") from None
 
 
-def run_tokenizer(manifest: RunManifest) -> Path | None:
-    """The tokenizer file of the run, when this machine can know it. Hook: no run names a tokenizer yet
-    (byte-level data needs none); a run on a prepared dataset will return its tokenizer file here."""
-    del manifest
-    return None
+def _checked(path: Path, wanted: str, field: str) -> Path:
+    try:
+        digest = file_sha256(path)
+    except OSError as exc:
+        raise UsageError(field, f"{path}: cannot read the tokenizer ({exc.strerror or exc})") from None
+    if digest != wanted:
+        raise UsageError(field, f"{path} has sha256 {digest} but the run's tokenizer is {wanted}")
+    return path
+
+
+def run_tokenizer(manifest: RunManifest, data_path: Path | None,
+                  given: Path | None) -> ExportTokenizer | None:
+    """The tokenizer to ship: ``given`` (checked when the run names one), or the run's own from its
+    prepared dataset folder; None for byte-level runs. A run that names a tokenizer and has no copy here
+    is an error rather than an export nobody can tokenize for."""
+    spec = manifest.data
+    if spec.kind != "shards":
+        return ExportTokenizer(given) if given is not None else None
+    if given is not None:
+        return ExportTokenizer(_checked(given, spec.tokenizer_sha256, "--tokenizer"))
+    if data_path is None:
+        raise UsageError("--data-path", f"the run trains on a prepared dataset with tokenizer sha256 "
+                                        f"{spec.tokenizer_sha256}: pass your copy's folder with --data-path "
+                                        "(or the tokenizer with --tokenizer)")
+    try:
+        data, _ = read_manifest(data_path)
+    except DataError as exc:
+        raise UsageError("--data-path", str(exc)) from None
+    file = _checked(manifest_path(data_path).parent / data.tokenizer.file, spec.tokenizer_sha256,
+                    "--data-path")
+    return ExportTokenizer(file, data.tokenizer.eod_token, data.tokenizer.eod_id)
 
 
 def run(args: argparse.Namespace) -> int:
-    ckpt = find_checkpoint(args)
+    config = load_config(config_path(args.config),
+                         flags={"data_dir": args.data_dir, "run.data.path": args.data_path})
+    ckpt = find_checkpoint(args, config)
     manifest = checkpoint_manifest(ckpt)
-    config = manifest.model_config()
-    sha256 = weights_sha256(ckpt.model_state, config)
+    model = manifest.model_config()
+    sha256 = weights_sha256(ckpt.model_state, model)
     stored = ckpt.extra.get("weights_hash")
     if isinstance(stored, str) and stored != sha256:
         raise UsageError("checkpoint", f"{ckpt.path}: weights hash {sha256[:16]} differs from the stored "
                                        f"{stored[:16]}: refusing to export weights the run did not agree on")
-    tokenizer = args.tokenizer if args.tokenizer is not None else run_tokenizer(manifest)
+    tokenizer = run_tokenizer(manifest, config.run.data.path, args.tokenizer)
     metadata = {"distro_node_run_id": ckpt.run_id.hex(), "distro_node_step": str(ckpt.step)}
-    exported = export_hf(ckpt.model_state, config, args.out, force=args.force, tokenizer=tokenizer,
+    exported = export_hf(ckpt.model_state, model, args.out, force=args.force, tokenizer=tokenizer,
                          metadata=metadata)
     print(f"wrote {exported.directory}: {', '.join(exported.files)}")
-    print(f"  LlamaForCausalLM, {param_count(config):,} parameters ({manifest.model_name}), step {ckpt.step} "
+    print(f"  LlamaForCausalLM, {param_count(model):,} parameters ({manifest.model_name}), step {ckpt.step} "
           f"of run {ckpt.run_id.hex()[:16]}, weights sha256 {exported.sha256}")
     if tokenizer is None:
         print("  no tokenizer.json: token ids are the run's own (bytes for the embedded corpus, text files)")

@@ -8,7 +8,8 @@ weights hash every peer announces; and it does not depend on how the directory s
 shards, bf16 or fp32), only on the weights.
 
 Export writes config.json, model.safetensors, generation_config.json and, when given, the run's
-tokenizer.json into a directory that appears complete or not at all (node/hf/files.py).
+tokenizer.json with a tokenizer_config.json (so ``AutoTokenizer`` loads it, with the run's end-of-document
+token as eos) into a directory that appears complete or not at all (node/hf/files.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from distro_node.node.hf.errors import HFTensorError
 from distro_node.node.hf.files import (
     CONFIG_FILE,
     GENERATION_FILE,
+    TOKENIZER_CONFIG_FILE,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     copy_file,
@@ -94,14 +96,34 @@ class Exported:
     sha256: str  # weights_sha256 of the exported weights: the run's weights hash at that step
 
 
-def generation_config() -> dict[str, object]:
-    """generation_config.json: no special tokens to stop at (see :func:`mapping.hf_config`), so only the
-    marker transformers itself writes for a config derived from the model config."""
-    return {"_from_model_config": True}
+@dataclass(frozen=True)
+class ExportTokenizer:
+    """A tokenizer.json to ship with the weights, and its end-of-document token when the run knows it (a
+    prepared dataset records it; generation then stops there)."""
+
+    file: Path
+    eos_token: str | None = None
+    eos_id: int | None = None
+
+
+def generation_config(eos_id: int | None) -> dict[str, object]:
+    """generation_config.json: the marker transformers writes for a config derived from the model config,
+    and the token to stop at when the run has one (byte-level runs have none: see :func:`hf_config`)."""
+    return {"_from_model_config": True, **({"eos_token_id": eos_id} if eos_id is not None else {})}
+
+
+def tokenizer_config(tokenizer: ExportTokenizer, config: ModelConfig) -> dict[str, object]:
+    """tokenizer_config.json: what ``AutoTokenizer`` needs besides tokenizer.json to load it."""
+    doc: dict[str, object] = {"tokenizer_class": "PreTrainedTokenizerFast",
+                              "model_max_length": config.seq_len}
+    if tokenizer.eos_token is not None:
+        doc["eos_token"] = tokenizer.eos_token
+    return doc
 
 
 def export_hf(state: Mapping[str, torch.Tensor], config: ModelConfig, out: Path, *, force: bool = False,
-              tokenizer: Path | None = None, metadata: Mapping[str, str] | None = None) -> Exported:
+              tokenizer: ExportTokenizer | None = None,
+              metadata: Mapping[str, str] | None = None) -> Exported:
     """Write a transformers-loadable ``LlamaForCausalLM`` directory at ``out``.
 
     ``metadata`` goes into the safetensors header next to ``format: pt`` (provenance: run id, step);
@@ -110,14 +132,17 @@ def export_hf(state: Mapping[str, torch.Tensor], config: ModelConfig, out: Path,
     tensors = to_hf(state, config)
     sha256 = weights_sha256(state, config)
     header = {"format": "pt", **dict(metadata or {}), "distro_node_weights_sha256": sha256}
-    files = [CONFIG_FILE, GENERATION_FILE, WEIGHTS_FILE] + ([TOKENIZER_FILE] if tokenizer else [])
+    eos_id = tokenizer.eos_id if tokenizer is not None else None
+    files = [CONFIG_FILE, GENERATION_FILE, WEIGHTS_FILE]
+    files += [TOKENIZER_FILE, TOKENIZER_CONFIG_FILE] if tokenizer is not None else []
 
     def fill(directory: Path) -> None:
         save_file(tensors, str(directory / WEIGHTS_FILE), metadata=header)
-        write_json(directory / CONFIG_FILE, hf_config(config))
-        write_json(directory / GENERATION_FILE, generation_config())
+        write_json(directory / CONFIG_FILE, {**hf_config(config), "eos_token_id": eos_id})
+        write_json(directory / GENERATION_FILE, generation_config(eos_id))
         if tokenizer is not None:
-            copy_file(tokenizer, directory / TOKENIZER_FILE)
+            copy_file(tokenizer.file, directory / TOKENIZER_FILE)
+            write_json(directory / TOKENIZER_CONFIG_FILE, tokenizer_config(tokenizer, config))
 
     write_directory(out, fill, force=force)
     return Exported(out, tuple(files), sha256)

@@ -32,6 +32,7 @@ WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 GENERATION_FILE = "generation_config.json"
 TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 MAX_JSON_BYTES = 16 << 20  # config and index files are kilobytes: a cap keeps a wrong file out of memory
 _SAFETENSORS_ERRORS = (SafetensorError, OSError, ValueError, RuntimeError)
 

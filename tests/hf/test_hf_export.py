@@ -99,7 +99,7 @@ def test_cli_exports_the_newest_checkpoint_of_a_data_dir(tmp_path: Path, capsys:
     ckpt = next((tmp_path / "node" / "checkpoints").glob("ckpt-*"))
     assert main(["export", str(out), "--checkpoint", str(ckpt), "--force",
                  "--tokenizer", str(tokenizer)]) == 0
-    assert {p.name for p in out.iterdir()} == EXPECTED_FILES | {"tokenizer.json"}
+    assert {p.name for p in out.iterdir()} == EXPECTED_FILES | {"tokenizer.json", "tokenizer_config.json"}
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp or trash left
 
 
@@ -166,3 +166,46 @@ def test_doctor_sizes_an_imported_model_from_its_config(tmp_path: Path, capsys: 
     report = json.loads(capsys.readouterr().out)
     assert report["context"]["params"] == param_count(big) and report["context"]["preset"] is None
     assert report["context"]["model"] == f"imported {tmp_path / 'model'}", code
+
+
+def test_a_prepared_data_run_ships_its_tokenizer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run on `data prepare` output names its tokenizer by sha256: export finds this machine's copy through
+    the dataset folder, checks it, and ships it so AutoTokenizer loads it with the end-of-document eos."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    from distro_node.node.data.prepare import PrepareSettings, prepare
+    from distro_node.node.peer.local import LocalSettings
+    from distro_node.node.peer.settings import founder_manifest, load_join_settings
+
+    (tmp_path / "input").mkdir()
+    for i in range(30):
+        words = [f"w{(i * 7 + j * j) % 53}" for j in range(300)]
+        (tmp_path / "input" / f"doc{i}.txt").write_text(" ".join(words))
+    settings = PrepareSettings(vocab_size=320, eod_token="<|endoftext|>", text_field="text",
+                               eval_fraction=0.2, shard_tokens=1 << 12)
+    result = prepare([tmp_path / "input"], tmp_path / "data", settings, progress=False)
+    eod = result.manifest.tokenizer
+    manifest = founder_manifest(load_join_settings(None, {"run.data.kind": "shards",
+                                                          "run.data.path": tmp_path / "data",
+                                                          "run.seq_len": 32}, env={}))
+    trainer = Trainer(manifest, "peer-a", LocalSettings(data_path=tmp_path / "data"))
+    checkpointing.save(CheckpointStore(tmp_path / "ckpts"), trainer, 3)
+    out, ckpts = tmp_path / "out", str(tmp_path / "ckpts")
+
+    assert main(["export", str(out), "--checkpoint", ckpts]) == 2
+    assert f"tokenizer sha256 {eod.sha256}" in capsys.readouterr().err and not out.exists()
+    stray = tmp_path / "other.json"
+    stray.write_text("{}")
+    assert main(["export", str(out), "--checkpoint", ckpts, "--tokenizer", str(stray)]) == 2
+    assert eod.sha256 in capsys.readouterr().err
+
+    assert main(["export", str(out), "--checkpoint", ckpts, "--data-path", str(tmp_path / "data")]) == 0
+    assert {p.name for p in out.iterdir()} == EXPECTED_FILES | {"tokenizer.json", "tokenizer_config.json"}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert (tokenizer.eos_token, tokenizer.eos_token_id) == ("<|endoftext|>", eod.eod_id)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    assert model.generation_config.eos_token_id == eod.eod_id
+    ids = torch.tensor([tokenizer("w1 w4 w9 w16")["input_ids"]])
+    assert int(ids.max()) < manifest.model_config().vocab_size
+    ours = our_logits(manifest.model_config(), trainer.model.state_dict(), ids)
+    assert float((hf_logits(model, ids) - ours).abs().max()) <= TOLERANCE
