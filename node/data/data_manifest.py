@@ -1,8 +1,9 @@
 """The data manifest (data.json): what a prepared dataset holds, every file named by its sha256.
 
 A run manifest names this file by its sha256, and this file names the tokenizer and every shard by theirs,
-so one hash pins every token a run trains on. File names are local conveniences; the hashes (with the token
-and document counts) are what a peer would ask the swarm for when shards are fetched instead of copied.
+so one hash pins every token a run trains on. File names are local conveniences; the hashes and sizes
+(:meth:`DataManifest.blobs`) are what a peer asks the swarm for when files are fetched instead of copied
+(protocol/blobs.py fetches by sha256 and size), and the token and document counts check what arrives.
 
 The file may come from elsewhere, so :meth:`DataManifest.from_bytes` checks all of it before anything uses
 a number in it: a byte cap on the file, exact key sets, types, ranges, fixed shard sizes, totals that add
@@ -30,6 +31,8 @@ MAX_SHARD_TOKENS = 1 << 31
 # The largest vocabulary a dataset may have: it sizes the model's embedding (the biggest public tokenizers
 # have ~256k ids), and a run manifest from a stranger must not make a joiner allocate more.
 MAX_VOCAB = 1 << 21
+# The most a tokenizer file may be: the largest public ones (250k-token vocabularies) are ~20 MB.
+MAX_TOKENIZER_BYTES = 256 << 20
 DTYPES: dict[str, int] = {"uint16": 2, "uint32": 4}  # itemsize; always little-endian on disk
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -55,9 +58,19 @@ class SplitEntry:
 
 
 @dataclass(frozen=True)
+class Blob:
+    """A file of the dataset as content: what a fetch asks for and checks."""
+
+    file: str
+    sha256: str
+    size: int  # bytes
+
+
+@dataclass(frozen=True)
 class TokenizerEntry:
     file: str
     sha256: str
+    bytes: int
     vocab_size: int
     eod_id: int
     eod_token: str
@@ -84,7 +97,16 @@ class DataManifest:
 
     @property
     def files(self) -> list[str]:
-        return [self.tokenizer.file] + [s.file for split in (self.train, self.heldout) for s in split.shards]
+        return [blob.file for blob in self.blobs()]
+
+    def blobs(self) -> list[Blob]:
+        """Every file this manifest names (tokenizer first, then train and held-out shards in order)."""
+        itemsize = DTYPES[self.dtype]
+        t = self.tokenizer
+        shards = [s for split in (self.train, self.heldout) for s in split.shards]
+        return [Blob(t.file, t.sha256, t.bytes)] + [
+            Blob(s.file, s.sha256, s.tokens * itemsize) for s in shards
+        ]
 
     @classmethod
     def from_bytes(cls, data: bytes, path: Path | None = None) -> DataManifest:
@@ -153,6 +175,7 @@ class _Parser:
         return TokenizerEntry(
             file=self.text(doc["file"], "tokenizer.file", _FILE_NAME),
             sha256=self.text(doc["sha256"], "tokenizer.sha256", _SHA256_HEX),
+            bytes=self.integer(doc["bytes"], "tokenizer.bytes", 1, MAX_TOKENIZER_BYTES),
             vocab_size=vocab_size,
             eod_id=self.integer(doc["eod_id"], "tokenizer.eod_id", 0, vocab_size - 1),
             eod_token=self.text(doc["eod_token"], "tokenizer.eod_token"),

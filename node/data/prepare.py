@@ -190,7 +190,8 @@ def prepare(
                                                     f"documents at eval_fraction {settings.eval_fraction}; "
                                                     "add documents or change the fraction")
     manifest = DataManifest(
-        tokenizer=TokenizerEntry(TOKENIZER_NAME, info.sha256, info.vocab_size, info.eod_id, info.eod_token),
+        tokenizer=TokenizerEntry(file=TOKENIZER_NAME, sha256=info.sha256, bytes=info.bytes,
+                                 vocab_size=info.vocab_size, eod_id=info.eod_id, eod_token=info.eod_token),
         dtype=info.dtype,
         shard_tokens=settings.shard_tokens,
         eval_fraction=float(settings.eval_fraction),

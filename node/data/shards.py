@@ -118,6 +118,10 @@ def open_shards(path: str | Path) -> TokenSource:
     if not tokenizer.is_file():
         raise ShardError(tokenizer, f"the dataset's tokenizer (sha256 {manifest.tokenizer.sha256}) is "
                                     "missing")
+    size = tokenizer.stat().st_size
+    if size != manifest.tokenizer.bytes:
+        raise ShardError(tokenizer, f"{size} bytes, the data manifest's tokenizer.bytes is "
+                                    f"{manifest.tokenizer.bytes}")
     actual = file_sha256(tokenizer)
     if actual != manifest.tokenizer.sha256:
         raise ShardError(tokenizer, f"sha256 is {actual}, the data manifest's tokenizer.sha256 is "

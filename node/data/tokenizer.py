@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from distro_node.node.data.data_manifest import MAX_VOCAB
+from distro_node.node.data.data_manifest import MAX_TOKENIZER_BYTES, MAX_VOCAB
 from distro_node.node.data.errors import DataFormatError, DataSettingError
 from distro_node.node.data.extras import require_tokenizers
 
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 # Token ids below this fit uint16 shards (ids 0..65535); larger vocabularies take uint32.
 UINT16_VOCAB = 1 << 16
-# The most a tokenizer file may be: the largest public ones (250k-token vocabularies) are ~20 MB.
-MAX_TOKENIZER_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -37,6 +35,7 @@ class TokenizerInfo:
     """What a run and a data manifest record of a tokenizer."""
 
     sha256: str
+    bytes: int  # of tokenizer.json
     vocab_size: int  # highest id + 1: the model's embedding rows
     eod_id: int
     eod_token: str
@@ -104,7 +103,7 @@ def describe(tokenizer: Tokenizer, raw: bytes, eod_token: str, path: Path | None
     vocab_size = max(vocab.values()) + 1
     if vocab_size > MAX_VOCAB:
         raise DataFormatError(path, f"has {vocab_size} ids, more than a run takes ({MAX_VOCAB})")
-    return TokenizerInfo(hashlib.sha256(raw).hexdigest(), vocab_size, eod_id, eod_token)
+    return TokenizerInfo(hashlib.sha256(raw).hexdigest(), len(raw), vocab_size, eod_id, eod_token)
 
 
 def encode(tokenizer: Tokenizer, documents: Sequence[str], info: TokenizerInfo) -> list[np.ndarray]:

@@ -4,6 +4,7 @@ disjoint held-out split, JSON-lines and Parquet inputs, and typed errors naming 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from distro_node.node.data.errors import (
     MissingExtraError,
 )
 from distro_node.node.data.prepare import held_out, prepare
+from distro_node.node.data.progress import Progress
 from shard_corpus import SPECIAL_DOCUMENTS
 from tokenizers import Tokenizer
 
@@ -70,6 +72,13 @@ def test_shards_decode_to_the_input_documents(prepared: Prepared) -> None:
     assert DataManifest.from_bytes(prepared.result.path.read_bytes()) == m
     tokenizer_bytes = (prepared.folder / "tokenizer.json").read_bytes()
     assert hashlib.sha256(tokenizer_bytes).hexdigest() == m.tokenizer.sha256
+    # Every file as content (what a fetch by sha256 asks for): the hash and byte size of what is on disk.
+    blobs = m.blobs()
+    assert [b.file for b in blobs] == m.files
+    assert len(blobs) == 1 + len(m.train.shards) + len(m.heldout.shards)
+    for blob in blobs:
+        data = (prepared.folder / blob.file).read_bytes()
+        assert (hashlib.sha256(data).hexdigest(), len(data)) == (blob.sha256, blob.size)
 
 
 def test_heldout_split_is_deterministic_and_disjoint(prepared: Prepared, tmp_path: Path) -> None:
@@ -149,6 +158,18 @@ def test_bad_inputs_are_typed_errors_naming_the_file(prepared: Prepared, tmp_pat
     with pytest.raises(DataSettingError, match="the held-out split got none of the 1 documents"):
         run(good)  # a single document cannot fill both splits
     assert not (tmp_path / "out" / "data.json").exists()  # a failed preparation leaves no manifest
+
+
+def test_progress_bar_draws_only_when_asked() -> None:
+    stream = io.StringIO()
+    with Progress("tokenizing", 2_000_000, stream=stream, enabled=True) as bar:
+        bar.advance(1_000_000)
+    assert "tokenizing  50%" in stream.getvalue() and stream.getvalue().endswith("\n")
+    assert "1.0M/2.0M B" in stream.getvalue().splitlines()[-1].split("\r")[-1]
+    quiet = io.StringIO()  # not a terminal: nothing drawn by default
+    with Progress("tokenizing", 10, stream=quiet) as bar:
+        bar.advance(10)
+    assert quiet.getvalue() == ""
 
 
 def test_missing_extra_names_the_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -109,7 +109,11 @@ def test_missing_shard_and_tokenizer(copy: Path) -> None:
 
 
 def test_replaced_tokenizer_names_both_hashes(copy: Path) -> None:
-    (copy / "tokenizer.json").write_text((copy / "tokenizer.json").read_text() + " ")
+    raw = (copy / "tokenizer.json").read_bytes()
+    (copy / "tokenizer.json").write_bytes(raw + b" ")
+    with pytest.raises(ShardError, match=r"tokenizer\.json: \d+ bytes, the data manifest's tokenizer\.bytes"):
+        open_shards(copy)
+    (copy / "tokenizer.json").write_bytes(raw[:-1] + b" ")
     with pytest.raises(ShardError, match="not the tokenizer of these shards"):
         open_shards(copy)
 
