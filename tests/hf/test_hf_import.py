@@ -139,3 +139,20 @@ def test_a_joiner_without_the_checkpoint_is_told_the_hash_it_needs(hf_dir: Path,
     with pytest.raises(LocalSetupError) as err:
         initial_weights(spec, tmp_path / "missing")
     assert err.value.field == "run.init_from" and "config.json" in str(err.value)
+
+
+def test_a_founder_of_an_imported_run_resumes_it(hf_dir: Path, tmp_path: Path) -> None:
+    """Restarted with the same --init-from, a founder finds its checkpoint's run (same init, other nonce)."""
+    from distro_node.node.checkpoint.store import CheckpointStore
+    from distro_node.node.peer import checkpointing
+
+    settings = load_join_settings(None, {"run.init_from": hf_dir}, env={})
+    first = founder_manifest(settings)
+    trainer = Trainer(first, "peer-a", LocalSettings(init_from=hf_dir))
+    checkpointing.save(CheckpointStore(tmp_path / "ckpts"), trainer, 4)
+    resume, why = checkpointing.find_resume(tmp_path / "ckpts", founder_manifest(settings))
+    assert resume is not None and resume.manifest.run_id() == first.run_id(), why
+    other = save_hf_model(make_hf_model(seed=8), tmp_path / "other")
+    resume, why = checkpointing.find_resume(
+        tmp_path / "ckpts", founder_manifest(load_join_settings(None, {"run.init_from": other}, env={})))
+    assert resume is None and "other settings" in why
