@@ -101,6 +101,8 @@ def summary(result: PrepareResult) -> str:
         f"{len(m.heldout.shards)} shard(s) (eval_fraction {m.eval_fraction:g})",
         f"  input      {result.input_files:,} file(s), {result.input_bytes:,} bytes"
         + (f", {result.skipped_documents:,} empty document(s) skipped" if result.skipped_documents else ""),
+        "  windows    train tokens in documents long enough for one (windows never cross documents): "
+        + ", ".join(f"{share:.0%} at seq_len {n}" for n, share in result.coverage.items()),
         f"  time       {result.seconds:.1f} s ({rate:,.0f} tokens/s)",
         f"data.json sha256 {file_sha256(result.path)}",
         f"next: distro-node join --data-kind shards --data-path {result.path.parent}",

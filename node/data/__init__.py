@@ -1,13 +1,17 @@
 """Training data: the embedded Markov corpus (offline, with an exact loss floor), local text and token files,
-and the deterministic per-(run, step, peer) batch sampler shared by all of them."""
+prepared datasets (token shards from ``distro-node data prepare``), and the deterministic per-(run, step,
+peer) batch sampler shared by all of them."""
 
 from distro_node.node.data.embedded import markov_source
 from distro_node.node.data.errors import (
     DataError,
     DataFileNotFoundError,
     DataFormatError,
+    DataManifestError,
     DataSettingError,
     EmptyDataFileError,
+    MissingExtraError,
+    ShardError,
     TokenRangeError,
 )
 from distro_node.node.data.files import (
@@ -19,6 +23,7 @@ from distro_node.node.data.files import (
 )
 from distro_node.node.data.markov import MarkovSpec
 from distro_node.node.data.sampling import eval_batches, sample_batch
+from distro_node.node.data.shards import open_shards
 from distro_node.node.data.source import TokenSource
 
 __all__ = [
@@ -26,14 +31,18 @@ __all__ = [
     "DataError",
     "DataFileNotFoundError",
     "DataFormatError",
+    "DataManifestError",
     "DataSettingError",
     "EmptyDataFileError",
     "MarkovSpec",
+    "MissingExtraError",
+    "ShardError",
     "TokenRangeError",
     "TokenSource",
     "eval_batches",
     "file_fingerprint",
     "markov_source",
+    "open_shards",
     "resolve_token_dtype",
     "sample_batch",
     "text_source",

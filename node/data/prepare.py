@@ -43,6 +43,7 @@ from distro_node.node.data.tokenizer import (
     tokenizer_bytes,
     train_bpe,
 )
+from distro_node.node.presets import PRESETS
 
 TOKENIZER_NAME = "tokenizer.json"
 HELDOUT_KEY = b"distro-node/heldout/v1"
@@ -70,6 +71,9 @@ class PrepareResult:
     input_files: int
     input_bytes: int
     skipped_documents: int  # empty ones
+    # seq_len -> fraction of train tokens in documents long enough for one window of seq_len + 1 tokens:
+    # windows never cross a document boundary, so the rest is never trained on at that length.
+    coverage: dict[int, float]
     trained_tokenizer: bool
     seconds: float
 
@@ -91,8 +95,10 @@ class ShardWriter:
         self.buffer = np.empty(shard_tokens, dtype=np.dtype("<u2") if info.dtype == "uint16" else "<u4")
         self.filled = 0
         self.shards: list[ShardEntry] = []
+        self.lengths: list[int] = []  # of every document, its end token included (8 bytes each at most)
 
     def add(self, ids: np.ndarray) -> None:
+        self.lengths.append(ids.shape[0] + 1)
         piece = np.append(ids.astype(self.buffer.dtype, copy=False), self.buffer.dtype.type(self.eod_id))
         start = 0
         while start < piece.shape[0]:
@@ -116,6 +122,11 @@ class ShardWriter:
         documents = int(np.count_nonzero(tokens == self.eod_id))
         self.shards.append(ShardEntry(name, hashlib.sha256(data).hexdigest(), self.filled, documents))
         self.filled = 0
+
+    def coverage(self, seq_lens: Sequence[int]) -> dict[int, float]:
+        lengths = np.array(self.lengths, dtype=np.int64)
+        total = max(1, int(lengths.sum()))
+        return {n: int(lengths[lengths > n].sum()) / total for n in seq_lens}
 
     def close(self) -> SplitEntry:
         if self.filled:
@@ -200,7 +211,8 @@ def prepare(
     )
     path = out / MANIFEST_NAME
     _write_atomic(path, manifest.to_bytes())
-    return PrepareResult(manifest, path, len(files), total, reader.skipped, tokenizer_path is None,
+    windows = train.coverage(sorted({shape.seq_len for shape in PRESETS.values()}))
+    return PrepareResult(manifest, path, len(files), total, reader.skipped, windows, tokenizer_path is None,
                          time.perf_counter() - start)
 
 

@@ -68,6 +68,9 @@ def test_shards_decode_to_the_input_documents(prepared: Prepared) -> None:
             assert (prepared.folder / s.file).stat().st_size == 2 * s.tokens
             assert hashlib.sha256((prepared.folder / s.file).read_bytes()).hexdigest() == s.sha256
     assert len(m.train.shards) >= 4
+    # Documents of 30-700 words: all usable by 32-token windows, fewer by longer ones, none by 2048.
+    coverage = prepared.result.coverage
+    assert coverage[64] > 0.99 and coverage[64] >= coverage[512] >= coverage[2048] and coverage[2048] < 0.01
     assert m.train.documents + m.heldout.documents == len(prepared.docs)
     assert DataManifest.from_bytes(prepared.result.path.read_bytes()) == m
     tokenizer_bytes = (prepared.folder / "tokenizer.json").read_bytes()
@@ -187,6 +190,7 @@ def test_cli_prepares_and_refuses_to_overwrite(prepared: Prepared, tmp_path: Pat
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "wrote" in out and "uint16 shard(s)" in out and "--data-kind shards" in out
+    assert "at seq_len 2048" in out  # how much of the data each preset's window length can use
     manifest = DataManifest.from_bytes((tmp_path / "ds" / "data.json").read_bytes())
     assert manifest.eval_fraction == 0.2 and manifest.shard_tokens == 4096
     assert main(args) == 2
