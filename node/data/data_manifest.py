@@ -77,6 +77,20 @@ class TokenizerEntry:
 
 
 @dataclass(frozen=True)
+class IndexEntry:
+    """The document lengths of both splits (train then held-out, little-endian uint64, its end token
+    included): what a peer that fetches shards on demand needs to know which shard a batch reads before it
+    holds any shard (node/data/lazy.py). Optional: a dataset prepared before it existed has none."""
+
+    file: str
+    sha256: str
+    bytes: int
+
+
+INDEX_DTYPE = "<u8"
+
+
+@dataclass(frozen=True)
 class DataManifest:
     """A prepared dataset. Documents are whole: each ends with ``tokenizer.eod_id`` and none is empty, and
     a document is held out when the first 8 bytes (little-endian) of sha256("distro-node/heldout/v1" + its
@@ -90,10 +104,14 @@ class DataManifest:
     heldout: SplitEntry
     format: str = FORMAT
     version: int = VERSION
+    index: IndexEntry | None = None  # left out of the bytes when None: older data.json files stay valid
 
     def to_bytes(self) -> bytes:
         """Indented JSON with sorted keys: readable, and one byte form for one dataset."""
-        return (json.dumps(asdict(self), indent=1, sort_keys=True) + "\n").encode()
+        doc = asdict(self)
+        if self.index is None:
+            del doc["index"]
+        return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
     @property
     def files(self) -> list[str]:
@@ -104,9 +122,16 @@ class DataManifest:
         itemsize = DTYPES[self.dtype]
         t = self.tokenizer
         shards = [s for split in (self.train, self.heldout) for s in split.shards]
-        return [Blob(t.file, t.sha256, t.bytes)] + [
+        index = [] if self.index is None else [Blob(self.index.file, self.index.sha256, self.index.bytes)]
+        return [Blob(t.file, t.sha256, t.bytes), *index] + [
             Blob(s.file, s.sha256, s.tokens * itemsize) for s in shards
         ]
+
+    def shard_blobs(self, split: str = "train") -> list[Blob]:
+        """One split's shards as blobs, in stream order (what a peer fetching on demand asks for)."""
+        itemsize = DTYPES[self.dtype]
+        entry = self.train if split == "train" else self.heldout
+        return [Blob(s.file, s.sha256, s.tokens * itemsize) for s in entry.shards]
 
     @classmethod
     def from_bytes(cls, data: bytes, path: Path | None = None) -> DataManifest:
@@ -122,9 +147,10 @@ class _Parser:
     def fail(self, field: str, detail: str) -> DataManifestError:
         return DataManifestError(self.path, field, detail)
 
-    def table(self, doc: Any, field: str, cls: type) -> dict[str, Any]:
+    def table(self, doc: Any, field: str, cls: type,
+              optional: frozenset[str] = frozenset()) -> dict[str, Any]:
         keys = {f.name for f in fields(cls)}
-        if not isinstance(doc, dict) or set(doc) != keys:
+        if not isinstance(doc, dict) or not keys - optional <= set(doc) <= keys:
             got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
             raise self.fail(field or "(top)", f"expected exactly the keys {sorted(keys)}, got {got}")
         return doc
@@ -147,7 +173,7 @@ class _Parser:
             doc = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise self.fail("(file)", f"not JSON: {str(exc)[:160]}") from None
-        doc = self.table(doc, "", DataManifest)
+        doc = self.table(doc, "", DataManifest, frozenset({"index"}))
         if doc["format"] != FORMAT:
             raise self.fail("format", f"must be {FORMAT!r}, got {doc['format']!r:.80}")
         self.integer(doc["version"], "version", VERSION, VERSION)
@@ -163,7 +189,8 @@ class _Parser:
             raise self.fail("eval_fraction", f"must be a number in (0, 1), got {fraction!r:.40}")
         train = self.split(doc["train"], "train", shard_tokens)
         heldout = self.split(doc["heldout"], "heldout", shard_tokens)
-        manifest = DataManifest(tokenizer, dtype, shard_tokens, fraction, train, heldout)
+        index = None if "index" not in doc else self.index(doc["index"], train, heldout)
+        manifest = DataManifest(tokenizer, dtype, shard_tokens, fraction, train, heldout, index=index)
         names = manifest.files
         if len(set(names)) != len(names) or MANIFEST_NAME in names:
             raise self.fail("files", f"file names must be distinct and not {MANIFEST_NAME}")
@@ -179,6 +206,15 @@ class _Parser:
             vocab_size=vocab_size,
             eod_id=self.integer(doc["eod_id"], "tokenizer.eod_id", 0, vocab_size - 1),
             eod_token=self.text(doc["eod_token"], "tokenizer.eod_token"),
+        )
+
+    def index(self, doc: Any, train: SplitEntry, heldout: SplitEntry) -> IndexEntry:
+        doc = self.table(doc, "index", IndexEntry)
+        size = 8 * (train.documents + heldout.documents)
+        return IndexEntry(
+            file=self.text(doc["file"], "index.file", _FILE_NAME),
+            sha256=self.text(doc["sha256"], "index.sha256", _SHA256_HEX),
+            bytes=self.integer(doc["bytes"], "index.bytes", size, size),
         )
 
     def split(self, doc: Any, name: str, shard_tokens: int) -> SplitEntry:

@@ -1,6 +1,7 @@
 """``distro-node data prepare``: local documents -> a tokenizer, fixed-size token shards and data.json.
 
 Layout of the output folder: ``tokenizer.json`` (trained here as byte-level BPE when none is given),
+``index.u64`` (every document's length, so a peer can tell which shard a batch reads before it holds any),
 ``train-00000.u16`` ... and ``heldout-00000.u16`` ... (raw little-endian ids, uint16 when every id fits,
 else ``.u32``; memory-mappable with ``numpy.memmap``), and ``data.json`` (node/data/data_manifest.py),
 written last and atomically, so a folder whose preparation was interrupted has no manifest to train on.
@@ -26,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 from distro_node.node.data.data_manifest import (
+    INDEX_DTYPE,
     MANIFEST_NAME,
     DataManifest,
+    IndexEntry,
     ShardEntry,
     SplitEntry,
     TokenizerEntry,
@@ -46,6 +49,7 @@ from distro_node.node.data.tokenizer import (
 from distro_node.node.presets import PRESETS
 
 TOKENIZER_NAME = "tokenizer.json"
+INDEX_NAME = "index.u64"
 HELDOUT_KEY = b"distro-node/heldout/v1"
 # Documents are encoded in batches of about this much text (the tokenizer encodes a batch in parallel).
 _BATCH_CHARS = 4 << 20
@@ -200,6 +204,9 @@ def prepare(
             raise DataSettingError("eval_fraction", f"the {name} split got none of the {documents} "
                                                     f"documents at eval_fraction {settings.eval_fraction}; "
                                                     "add documents or change the fraction")
+    # Document lengths of both splits: a peer that fetches shards on demand samples from them alone.
+    index = np.array(train.lengths + heldout.lengths, dtype=INDEX_DTYPE).tobytes()
+    _write_atomic(out / INDEX_NAME, index)
     manifest = DataManifest(
         tokenizer=TokenizerEntry(file=TOKENIZER_NAME, sha256=info.sha256, bytes=info.bytes,
                                  vocab_size=info.vocab_size, eod_id=info.eod_id, eod_token=info.eod_token),
@@ -208,6 +215,7 @@ def prepare(
         eval_fraction=float(settings.eval_fraction),
         train=splits["train"],
         heldout=splits["held-out"],
+        index=IndexEntry(file=INDEX_NAME, sha256=hashlib.sha256(index).hexdigest(), bytes=len(index)),
     )
     path = out / MANIFEST_NAME
     _write_atomic(path, manifest.to_bytes())
@@ -216,5 +224,5 @@ def prepare(
                          time.perf_counter() - start)
 
 
-__all__ = ["HELDOUT_KEY", "TOKENIZER_NAME", "InputFile", "PrepareResult", "PrepareSettings", "ShardWriter",
-           "held_out", "prepare"]
+__all__ = ["HELDOUT_KEY", "INDEX_NAME", "TOKENIZER_NAME", "InputFile", "PrepareResult", "PrepareSettings",
+           "ShardWriter", "held_out", "prepare"]

@@ -12,6 +12,7 @@ per document) is all that lives in memory besides the maps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,16 +23,20 @@ class DocumentRows:
     """Documents laid end to end over ``shards``; row ``i`` is document ``i``, its end-of-document token
     included. Built by node/data/shards.py after every shard was checked."""
 
-    shards: tuple[np.ndarray, ...]
+    # The maps, or (node/data/lazy.py) a sequence that opens a shard only once it was fetched and verified.
+    shards: Sequence[np.ndarray]
     starts: np.ndarray  # int64 (documents,): offset of each document in the concatenated shards
     lengths: np.ndarray  # int64 (documents,): tokens of each document
+    # Tokens per shard when ``shards`` must not be touched to learn them (shards not fetched yet).
+    sizes: tuple[int, ...] | None = None
     # Cumulative window counts per (window length, stride), filled by sampling.py (which owns the rule) on
     # first use: it needs them on every step, and a corpus may hold millions of documents.
     window_cache: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _bounds: np.ndarray = field(init=False, repr=False)  # int64 (shards + 1,): where each shard starts
 
     def __post_init__(self) -> None:
-        sizes = np.array([s.shape[0] for s in self.shards], dtype=np.int64)
+        known = self.sizes if self.sizes is not None else [s.shape[0] for s in self.shards]
+        sizes = np.array(known, dtype=np.int64)
         object.__setattr__(self, "_bounds", np.concatenate([np.zeros(1, np.int64), np.cumsum(sizes)]))
 
     @property
@@ -57,6 +62,13 @@ class DocumentRows:
             begin = take
             shard += 1
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def shards_of(self, row: int, offset: int, count: int) -> range:
+        """The shards ``read(row, offset, count)`` touches: what must be on disk before that read."""
+        begin = int(self.starts[row]) + offset
+        first = int(np.searchsorted(self._bounds, begin, side="right")) - 1
+        last = int(np.searchsorted(self._bounds, begin + count - 1, side="right")) - 1
+        return range(first, last + 1)
 
     def coverage(self, seq_len: int) -> float:
         """Fraction of tokens inside documents long enough for one window of ``seq_len`` + 1 tokens."""

@@ -95,9 +95,18 @@ def sample_batch(
     Windows are drawn uniformly with replacement over all train windows; window i of the batch is fixed by
     sha256(key, i), reduced modulo the window count (128-bit values, so the bias is below 2**-90).
     """
+    rows, offsets = batch_windows(source.train, run_id=run_id, step=step, peer=peer, batch_size=batch_size,
+                                  seq_len=seq_len)
+    return _gather(source.train, rows, offsets, seq_len)
+
+
+def batch_windows(
+    split: Split, *, run_id: bytes, step: int, peer: str, batch_size: int, seq_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row, offset) of each window of one peer's batch: the numbers alone, no token read, so a peer that
+    fetches shards on demand learns which shards a batch needs from the document lengths (batch_shards)."""
     _check_positive("batch_size", batch_size)
     _check_positive("seq_len", seq_len)
-    split = source.train
     cumulative = _cumulative_windows(split, seq_len + 1, 1, "train")
     total = int(cumulative[-1])
     key = batch_key(run_id, step, peer)
@@ -105,8 +114,19 @@ def sample_batch(
         int.from_bytes(hashlib.sha256(key + i.to_bytes(8, "little")).digest()[:16], "little") % total
         for i in range(batch_size)
     ]
-    rows, offsets = _locate(cumulative, np.array(picks, dtype=np.int64))
-    return _gather(split, rows, offsets, seq_len)
+    return _locate(cumulative, np.array(picks, dtype=np.int64))
+
+
+def batch_shards(
+    split: DocumentRows, *, run_id: bytes, step: int, peer: str, batch_size: int, seq_len: int
+) -> set[int]:
+    """Indexes of the shards (of ``split``) that ``sample_batch`` reads for this (run, step, peer)."""
+    rows, offsets = batch_windows(split, run_id=run_id, step=step, peer=peer, batch_size=batch_size,
+                                  seq_len=seq_len)
+    needed: set[int] = set()
+    for row, offset in zip(rows, offsets, strict=True):
+        needed.update(split.shards_of(int(row), int(offset), seq_len + 1))
+    return needed
 
 
 def eval_batches(

@@ -3,7 +3,9 @@
 Everything is checked before training starts, each failure a typed error naming the file: the data manifest
 in full (node/data/data_manifest.py), the tokenizer file's sha256, and for every shard its size against the
 manifest's token count (before it is mapped), its sha256, every id below the vocabulary size, the count of
-end-of-document ids against the manifest's document count, and that each split ends on a document end.
+end-of-document ids against the manifest's document count, that each split ends on a document end, and the
+document index (when data.json names one) against the documents found, since peers that fetch shards on
+demand sample from the index alone (node/data/lazy.py).
 The shards are read once for this, in bounded slices; training then touches only the pages it samples.
 
 Nothing here needs the ``tokenizers`` package: a peer trains on ids, and the tokenizer is checked by hash.
@@ -23,6 +25,7 @@ from distro_node.node.data.data_manifest import (
     SplitEntry,
 )
 from distro_node.node.data.errors import DataFileNotFoundError, ShardError, TokenRangeError
+from distro_node.node.data.lazy import check_index
 from distro_node.node.data.rows import DocumentRows
 from distro_node.node.data.source import TokenSource
 
@@ -128,5 +131,7 @@ def open_shards(path: str | Path) -> TokenSource:
                                     f"{manifest.tokenizer.sha256}: not the tokenizer of these shards")
     train = _open_split(folder, manifest, manifest.train, "train")
     heldout = _open_split(folder, manifest, manifest.heldout, "heldout")
+    if manifest.index is not None:
+        check_index(folder / manifest.index.file, manifest, train, heldout)
     return TokenSource(name=f"shards:{folder.name}", vocab_size=manifest.tokenizer.vocab_size, train=train,
                        eval=heldout, tokenizer_sha256=manifest.tokenizer.sha256)

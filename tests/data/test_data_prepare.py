@@ -78,7 +78,8 @@ def test_shards_decode_to_the_input_documents(prepared: Prepared) -> None:
     # Every file as content (what a fetch by sha256 asks for): the hash and byte size of what is on disk.
     blobs = m.blobs()
     assert [b.file for b in blobs] == m.files
-    assert len(blobs) == 1 + len(m.train.shards) + len(m.heldout.shards)
+    # The tokenizer, the document index, then every shard.
+    assert len(blobs) == 2 + len(m.train.shards) + len(m.heldout.shards) and blobs[1].file == "index.u64"
     for blob in blobs:
         data = (prepared.folder / blob.file).read_bytes()
         assert (hashlib.sha256(data).hexdigest(), len(data)) == (blob.sha256, blob.size)
