@@ -124,11 +124,14 @@ class TransferConfig:
     # How long the server spends writing one reply before giving up on a stalled reader.
     serve_timeout: float = 120.0
     max_concurrent_uploads: int = 8
+    # A holder that has not even answered the request after this long is raced by the next one (it keeps
+    # its chance until attempt_timeout); one that answers and sends is never raced. See fetch_payload.
+    hedge_after: float = 2.0
 
     def __post_init__(self) -> None:
         if self.max_payload_bytes < 1 or self.max_concurrent_uploads < 1:
             raise ValueError("TransferConfig sizes and counts must be >= 1")
-        for name in ("attempt_timeout", "request_timeout", "serve_timeout"):
+        for name in ("attempt_timeout", "request_timeout", "serve_timeout", "hedge_after"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TransferConfig.{name} must be > 0")
 
@@ -202,8 +205,10 @@ async def fetch_from(
     *,
     config: TransferConfig | None = None,
     expected_size: int | None = None,
+    answered: trio.Event | None = None,
 ) -> bytes:
-    """One attempt against one holder, bounded by ``attempt_timeout``; typed TransferError on any failure."""
+    """One attempt against one holder, bounded by ``attempt_timeout``; typed TransferError on any failure.
+    ``answered`` is set once the holder's OK header arrived (the body is on its way)."""
     cfg = config or TransferConfig()
     peer = str(peer_id)
     cap = cfg.max_payload_bytes
@@ -220,6 +225,8 @@ async def fetch_from(
                 raise PayloadTooLargeError(f"reply announces {length} bytes, cap is {cap}", peer)
             if expected_size is not None and length != expected_size:
                 raise MalformedReplyError(f"reply length {length} != announced {expected_size}", peer)
+            if answered is not None:
+                answered.set()
             data = await _read_body(stream, length, request.payload_hash, peer)
             await stream.close()
             return data
@@ -314,18 +321,50 @@ async def fetch_payload(
         if spread
         else list(dict.fromkeys(h for h in holders if h != host.peer_id))
     )
-    attempts: list[tuple[str, TransportError]] = []
-    for peer_id in order:
+    data, attempts = await _race(host, request, order, config or TransferConfig(), expected_size)
+    if data is None:
+        raise FetchFailedError(request.payload_hash, attempts)
+    if store is not None and request.run_id == store.run_id:
         try:
-            data = await fetch_from(host, peer_id, request, config=config, expected_size=expected_size)
-        except TransportError as exc:
-            logger.debug("fetch of %s from %s failed: %r", request.payload_hash.hex()[:16], peer_id, exc)
-            attempts.append((str(peer_id), exc))
-            continue
-        if store is not None and request.run_id == store.run_id:
+            store.put_verified(request.step, request.payload_hash, data)
+        except StoreError as exc:
+            logger.debug("fetched payload not kept for serving: %s", exc)
+    return data
+
+
+async def _race(host: P2PHost, request: PayloadRequest, order: Sequence[ID], cfg: TransferConfig,
+                expected_size: int | None) -> tuple[bytes | None, list[tuple[str, TransportError]]]:
+    """Holders in order, one at a time, except that a holder silent for ``hedge_after`` is raced by the next.
+
+    Why: a holder behind a cut link (a partition, a peer whose process hangs) never answers, and waiting out
+    its ``attempt_timeout`` before asking the next one stalled a peer that had missed only the payloads
+    of the cut-off side although its neighbours held them: the step could not be applied, so its next
+    payload never came, and a swarm whose quorum needed it stalled with it (the namespace partition test, a
+    3/2 split, stood still for 20 s). A holder that answered is sending: it is not raced, so a slow link
+    costs no second download. The first verified body wins and cancels the rest.
+    """
+    attempts: list[tuple[str, TransportError]] = []
+    won: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+
+        async def attempt(peer_id: ID, answered: trio.Event, ended: trio.Event) -> None:
             try:
-                store.put_verified(request.step, request.payload_hash, data)
-            except StoreError as exc:
-                logger.debug("fetched payload not kept for serving: %s", exc)
-        return data
-    raise FetchFailedError(request.payload_hash, attempts)
+                data = await fetch_from(host, peer_id, request, config=cfg, expected_size=expected_size,
+                                        answered=answered)
+            except TransportError as exc:
+                logger.debug("fetch of %s from %s failed: %r", request.payload_hash.hex()[:16], peer_id, exc)
+                attempts.append((str(peer_id), exc))
+            else:
+                won.append(data)
+                nursery.cancel_scope.cancel()
+            finally:
+                ended.set()
+
+        for peer_id in order:
+            answered, ended = trio.Event(), trio.Event()
+            nursery.start_soon(attempt, peer_id, answered, ended)
+            with trio.move_on_after(cfg.hedge_after):
+                await ended.wait()
+            if answered.is_set():
+                await ended.wait()
+    return (won[0] if won else None), attempts

@@ -31,6 +31,7 @@ from libp2p.abc import INetStream
 RUN = bytes.fromhex("ef" * 32)
 CAP = 8 * 1024 * 1024
 CFG = TransferConfig(max_payload_bytes=CAP, attempt_timeout=WAIT)
+HEDGE = TransferConfig(max_payload_bytes=CAP, attempt_timeout=60.0, hedge_after=0.5)
 REPLY = struct.Struct(">BQ")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -186,5 +187,45 @@ def test_garbage_requests_do_not_break_the_server() -> None:
             got = await fetch_payload(honest, req, [server_host.peer_id], config=CFG)
             assert got == data
             assert server.bad_requests >= len(garbage) and server.served == 1
+
+    trio.run(body)
+
+
+@pytest.mark.network
+def test_a_silent_holder_is_raced_by_the_next_and_an_answering_one_is_not() -> None:
+    """A holder that never answers (behind a cut link) must not hold the fetch for its whole attempt
+    timeout; one that answered and is sending must not be raced (no second download on a slow link)."""
+
+    async def body() -> None:
+        async with start_hosts(4) as (silent, slow, honest, client):
+            data = os.urandom(200_000)
+            store = PayloadStore(RUN)
+            digest = store.put(6, data)
+            honest_server = PayloadServer(honest, store, CFG)
+            honest_server.install()
+            answered_slowly = trio.Event()
+
+            async def never(stream: INetStream, _req: PayloadRequest) -> None:
+                await trio.sleep_forever()
+
+            async def dribble(stream: INetStream, _req: PayloadRequest) -> None:
+                await stream.write(REPLY.pack(Status.OK, len(data)))
+                answered_slowly.set()
+                await trio.sleep(3 * HEDGE.hedge_after)  # longer than the hedge delay, far below the timeout
+                await stream.write(data)
+                await stream.close()
+
+            install_evil(silent, never)
+            install_evil(slow, dribble)
+            for h in (silent, slow, honest):
+                await client.dial(str(h.addrs()[0]))
+            req = PayloadRequest(RUN, 6, digest)
+            with trio.fail_after(HEDGE.attempt_timeout / 2):  # not one silent attempt timeout long
+                got = await fetch_payload(client, req, [silent.peer_id, honest.peer_id], config=HEDGE,
+                                          spread=False)
+            assert got == data and honest_server.served == 1
+            got = await fetch_payload(client, req, [slow.peer_id, honest.peer_id], config=HEDGE, spread=False)
+            assert got == data and answered_slowly.is_set()
+            assert honest_server.served == 1, "a holder that was sending was raced"
 
     trio.run(body)
