@@ -113,6 +113,10 @@ class BlobCatalog:
     def get(self, digest: bytes) -> tuple[Path, int] | None:
         return self._files.get(digest)
 
+    def discard(self, digest: bytes) -> None:
+        """Stop serving a file (a cache evicted it)."""
+        self._files.pop(digest, None)
+
     def __contains__(self, digest: object) -> bool:
         return digest in self._files
 

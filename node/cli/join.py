@@ -156,7 +156,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     local.add_argument("--data-path", type=Path, default=None,
                        help="this machine's copy of the run's data file or prepared folder (founders: the "
                             "data to train on, with --data-kind); joiners must hold a file with the "
-                            "manifest's sha256 and size [run.data.path]")
+                            "manifest's sha256 and size, except on prepared data, which a joiner fetches "
+                            "from its peers when this is unset or an empty folder [run.data.path]")
+    local.add_argument("--data-cache-bytes", type=int, default=None, metavar="BYTES",
+                       help=config_help("prepared data: a joiner without a local copy (no --data-path, or "
+                                        "an empty folder) fetches data.json, the tokenizer and then only the "
+                                        "shards its own next batches read from the run's peers, each "
+                                        "verified by sha256, into <data_dir>/data-cache (or the empty "
+                                        "--data-path folder); this caps that cache's size, least recently "
+                                        "used shards going first; it must hold the largest shard",
+                                        "run.data.cache_bytes"))
     local.add_argument("--init-from", type=Path, default=None, metavar="DIR",
                        help=config_help("start from a local Hugging Face LlamaForCausalLM checkpoint "
                                         "directory (config.json + model.safetensors) instead of the seed "
@@ -207,6 +216,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "run.data.seed": args.data_seed,
         "run.data.kind": args.data_kind,
         "run.data.path": args.data_path,
+        "run.data.cache_bytes": args.data_cache_bytes,
         "run.init_from": args.init_from,
         "run.data.token_dtype": args.token_dtype,
         "run.grad_clip": args.grad_clip,

@@ -90,6 +90,11 @@ def render(url: str, st: NodeStatus, now: float) -> str:
         )
         row("phases (mean)", phases or "-")
     row("tokens trained", f"{st.tokens:,}")
+    if st.data_shards:
+        epoch = f", epoch {st.data_epoch:.3f}" if st.data_epoch is not None else ""
+        row("data", f"{st.data_shards_cached} of {st.data_shards} train shards held{epoch}; fetched "
+                    f"{st.data_shards_fetched} ({human_bytes(st.data_bytes_fetched)}), faulty servers "
+                    f"{st.blob_faulty}")
     row("peers", f"{st.peers}")
     row("payload sent", human_bytes(st.sent_bytes))
     row("payload received", human_bytes(st.received_bytes))

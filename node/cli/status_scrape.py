@@ -59,6 +59,13 @@ class NodeStatus:
     last_checkpoint_unix: float | None = None
     started_unix: float | None = None
     resident_bytes: int | None = None
+    # Prepared data (node/data_metrics.py); data_shards is 0 on other runs and the rest is then not shown.
+    data_shards: int = 0
+    data_shards_cached: int = 0
+    data_shards_fetched: int = 0
+    data_bytes_fetched: int = 0
+    blob_faulty: int = 0
+    data_epoch: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -172,6 +179,12 @@ def parse_status(text: str) -> NodeStatus:
         last_checkpoint_unix=_positive(_get(s, "distro_last_checkpoint_timestamp_seconds")),
         started_unix=_get(s, "distro_process_start_time_seconds"),
         resident_bytes=int(resident) if resident is not None else None,
+        data_shards=int(_get(s, "distro_data_shards") or 0),
+        data_shards_cached=int(_get(s, "distro_data_shards_cached") or 0),
+        data_shards_fetched=int(_get(s, "distro_data_shards_fetched_total") or 0),
+        data_bytes_fetched=int(_get(s, "distro_data_bytes_fetched_total") or 0),
+        blob_faulty=int(_get(s, "distro_blob_faulty_total") or 0),
+        data_epoch=_positive(_get(s, "distro_data_epoch")),
     )
 
 

@@ -53,9 +53,16 @@ class DataConfig(Section):
                      "documents `data prepare` holds out (the run uses the split the dataset records)"),
     )
     seed: int = field(default=0, metadata=doc("seed of the embedded corpus (the same on every peer)"))
+    cache_bytes: int = field(
+        default=8 << 30,
+        metadata=doc("shards: disk budget in bytes of a joiner that fetches the shards its batches need from "
+                     "peers (no local copy); least recently used shards not needed soon are evicted; local, "
+                     "at least the largest shard"),
+    )
 
     def check(self) -> None:
         self._choice("kind", DATA_KINDS)
+        self._range("cache_bytes", 1, 2**63 - 1)
         self._choice("token_dtype", TOKEN_DTYPES)
         if not 0 < self.eval_fraction < 1:
             raise self._fail("eval_fraction", f"must be in (0, 1), got {self.eval_fraction}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distro_node.node.config.load import NodeConfig
+from distro_node.node.config.run import DataConfig
 
 from ..device import AUTO_ORDER, select_device, select_precision
 
@@ -41,6 +42,8 @@ class LocalSettings:
     grad_accum: int = 1
     data_path: Path | None = None
     init_from: Path | None = None
+    # A joiner without the prepared dataset fetches shards into a cache of at most this many bytes.
+    data_cache_bytes: int = DataConfig().cache_bytes
 
     def __post_init__(self) -> None:
         if self.device not in AUTO_ORDER:
@@ -58,7 +61,7 @@ class LocalSettings:
         device = select_device(config.device, available)
         return cls(device=device, precision=select_precision(config.precision, device),
                    grad_accum=config.run.grad_accum, data_path=config.run.data.path,
-                   init_from=config.run.init_from)
+                   init_from=config.run.init_from, data_cache_bytes=config.run.data.cache_bytes)
 
     def micro_batch(self, batch_size: int) -> int:
         """Sequences per micro-batch: the run's per-peer batch split ``grad_accum`` ways, evenly, so every

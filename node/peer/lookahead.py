@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import trio
 
+from .data_feed import DataFeed, DataWaitError
 from .trainer import Computed, Trainer
 
 
@@ -24,8 +25,9 @@ class Ahead:
 
 class LookAhead:
     def __init__(self, *, trainer: Trainer, compute_limit: trio.CapacityLimiter,
-                 nursery: trio.Nursery) -> None:
+                 nursery: trio.Nursery, feed: DataFeed | None = None) -> None:
         self._trainer = trainer
+        self._feed = feed  # fetched data: the step's shards must be held verified before its compute
         self._compute_limit = compute_limit
         self._nursery = nursery
         self._ready: Ahead | None = None  # the next step, computed during the last round
@@ -48,6 +50,11 @@ class LookAhead:
 
     async def _run(self, ahead: Ahead) -> None:
         try:
+            if self._feed is not None:
+                try:
+                    await self._feed.ready(ahead.step)
+                except DataWaitError:
+                    return  # no result: the step runner computes the step itself and meets the error there
             ahead.result = await trio.to_thread.run_sync(self._trainer.compute, ahead.step,
                                                          limiter=self._compute_limit)
         finally:

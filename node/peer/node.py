@@ -14,8 +14,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 
+import numpy as np
 import trio
 from distro_node.node.checkpoint.store import CheckpointError, CheckpointStore
+from distro_node.protocol.blobs import BlobCatalog, BlobConfig, BlobServer
 from distro_node.protocol.consensus import RoundConfig, RoundMachine
 from distro_node.protocol.errors import TransportError
 from distro_node.protocol.gossip import GossipConfig, open_gossip
@@ -34,6 +36,8 @@ from .announcer import Announcer
 from .bans import PeerBans
 from .changes import ChangeSignal
 from .checkpointing import Checkpointer
+from .data_feed import DataFeed, DataWaitError
+from .data_fetch import catalog_full_copy, open_fetched
 from .driver import RoundDriver
 from .fetcher import Fetcher
 from .heartbeat import send_heartbeats
@@ -74,6 +78,7 @@ class _Run:
     transfer: TransferConfig
     server: PayloadServer
     counters: ByteCounters
+    feed: DataFeed | None  # prepared data fetched on demand: the shards of each step, before its compute
 
 
 class PeerNode:
@@ -101,6 +106,8 @@ class PeerNode:
             self.out.emit("error", f"error: {exc}", reason=str(exc))
             return 1
         cleanup = ExitStack()  # /metrics is stopped last, once the host has closed
+        if source.data is not None:
+            cleanup.callback(source.data.remove_if_temporary)
         try:
             async with open_host(key, host_cfg) as host:
                 run = await self._prepare(host, source, cleanup)
@@ -116,11 +123,21 @@ class PeerNode:
         manifest = RunManifest.from_bytes(source.manifest_bytes)
         run_id = manifest.run_id()
         install_manifest_server(host, source.manifest_bytes)
+        catalog = BlobCatalog()  # the run's files we hold verified, served to members
         try:
-            trainer = await trio.to_thread.run_sync(Trainer, manifest, self_id, opts.local)
+            fetched = None
+            if source.data is not None:
+                fetched = await trio.to_thread.run_sync(open_fetched, source.data.folder,
+                                                        opts.local.data_cache_bytes, catalog)
+            trainer = await trio.to_thread.run_sync(Trainer, manifest, self_id, opts.local,
+                                                    None if fetched is None else fetched[1])
+            if fetched is None and manifest.data.kind == "shards" and opts.local.data_path is not None:
+                catalog_full_copy(catalog, manifest.data, opts.local.data_path)
         except LocalSetupError as exc:  # e.g. a joiner's data file is not the run's
             self.out.emit("error", f"error: {exc}", reason=str(exc), field=exc.field)
             return None
+        blobs = BlobServer(host, catalog, BlobConfig(), allow=lambda peer: not host.is_foreign(peer))
+        blobs.install()
         if source.resume is not None:
             try:
                 await trio.to_thread.run_sync(checkpointing.restore, trainer, source.resume)
@@ -137,6 +154,18 @@ class PeerNode:
                               f"{opts.metrics.host}:{opts.metrics.port}: {exc}", reason=str(exc))
                 return None
             cleanup.callback(telemetry.stop)
+            telemetry.data.served_from(lambda: blobs.served_bytes)
+            train = trainer.source.train
+            if manifest.data.kind == "shards" and not isinstance(train, np.ndarray):
+                telemetry.data.dataset(len(train.shards), train.tokens)
+                if fetched is None:
+                    telemetry.data.cached(len(train.shards))
+        feed = None
+        if fetched is not None and not isinstance(trainer.source.train, np.ndarray):
+            feed = DataFeed(host=host, cache=fetched[0], rows=trainer.source.train, catalog=catalog,
+                            run_id=run_id, peer_id=self_id, batch_size=manifest.batch_size,
+                            seq_len=manifest.seq_len, bootstrap=source.bootstrap_peer, out=self.out,
+                            metrics=telemetry.data if telemetry is not None else None)
         cap = payload_cap(trainer.spec)
         round_config = manifest.round_config(cap, opts.network)
         window = round_config.history_steps + round_config.max_future_steps + 2
@@ -146,7 +175,7 @@ class PeerNode:
         server = PayloadServer(host, CountingStore(store, counters), transfer)
         server.install()
         return _Run(host, self_id, manifest, run_id, trainer, telemetry, round_config, store, transfer,
-                    server, counters)
+                    server, counters, feed)
 
     async def _serve(self, run: _Run, source: RunSource) -> int:
         """Join the gossip, start every task, get our starting state, train, leave."""
@@ -203,14 +232,22 @@ class PeerNode:
                                         trainer=run.trainer, out=out, telemetry=run.telemetry,
                                         compute_limit=self._compute_limit,
                                         saved_step=source.resume.step if source.resume is not None else -1)
-            lookahead = LookAhead(trainer=run.trainer, compute_limit=self._compute_limit, nursery=nursery)
+            lookahead = LookAhead(trainer=run.trainer, compute_limit=self._compute_limit, nursery=nursery,
+                                  feed=run.feed)
+            if run.feed is not None:
+                nursery.start_soon(run.feed.prefetch)
             loop = TrainingLoop(
                 self_id=run.self_id, machine=machine,
                 runner=self._step_runner(run, machine, driver, outbox, decoded, announcements, lookahead,
                                          checkpointer, stop, nursery),
                 resyncer=resyncer, lookahead=lookahead, snapshots=snapshots, checkpointer=checkpointer,
                 stop=stop, steps=opts.steps, start_step=state.next_step)
-            await loop.run()
+            try:
+                await loop.run()
+            except DataWaitError as exc:
+                out.emit("error", f"error: {exc}", reason=str(exc), field="run.data.path")
+                nursery.cancel_scope.cancel()
+                return 1
             await checkpointer.save(loop.applied, "exit")
             await Leaver(driver=driver, outbox=outbox, server=run.server, out=out, linger=opts.linger,
                          linger_max=opts.linger_max).leave()
@@ -236,4 +273,4 @@ class PeerNode:
                           announcer=announcer, lookahead=lookahead, scorer=scorer, reporter=reporter,
                           decoded=decoded, stop=stop,
                           checkpointer=checkpointer, changes=self._changes, out=out, steps=opts.steps,
-                          compute_limit=self._compute_limit)
+                          compute_limit=self._compute_limit, feed=run.feed)

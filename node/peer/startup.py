@@ -22,8 +22,10 @@ from libp2p.peer.id import ID
 from . import checkpointing
 from .changes import ChangeSignal
 from .checkpointing import Resume
+from .data_fetch import FetchedHead, fetch_folder, fetch_head
 from .intake import GossipIntake
-from .manifest import RunManifest
+from .local import LocalSetupError
+from .manifest import ManifestError, RunManifest
 from .options import PeerError, PeerOptions
 from .output import Output
 from .snapshots import GenesisCohort
@@ -36,11 +38,13 @@ JOIN_HEAR_TIMEOUT = 15.0  # a joiner waits this long to hear the active roster b
 @dataclass(frozen=True)
 class RunSource:
     """Where our run comes from: the manifest's bytes, a founder's checkpoint to resume from, a joiner's
-    bootstrap peer (asked first for state)."""
+    bootstrap peer (asked first for state), and for a joiner without the run's prepared dataset the folder
+    its data.json, tokenizer and index were fetched into (its shards follow during training)."""
 
     manifest_bytes: bytes
     resume: Resume | None = None
     bootstrap_peer: ID | None = None
+    data: FetchedHead | None = None
 
 
 async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None, out: Output) -> RunSource:
@@ -67,7 +71,25 @@ async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None,
             data = await fetch_manifest(temp, peer, expected_run_id=opts.expected_run_id)
         except TransportError as exc:
             raise PeerError(f"cannot get the run manifest from {peer}: {exc}") from exc
-    return RunSource(data, bootstrap_peer=peer)
+        try:
+            spec = RunManifest.from_bytes(data).data
+        except ManifestError as exc:
+            raise PeerError(f"the run manifest from {peer} is invalid: {exc}") from exc
+        where = fetch_folder(spec, opts.local.data_path, opts.data_dir)
+        if where is None:
+            return RunSource(data, bootstrap_peer=peer)
+        folder, temporary = where
+        try:
+            fetched = await fetch_head(temp, peer, spec, folder)
+        except (TransportError, LocalSetupError) as exc:
+            if temporary:
+                FetchedHead(folder, temporary).remove_if_temporary()
+            raise PeerError(f"cannot get the run's data.json, tokenizer and document index from {peer}: "
+                            f"{exc}") from exc
+    out.emit("data_head", f"fetched the run's data.json, tokenizer and document index into {folder} "
+             f"({fetched:,} B); shards follow as this peer's batches need them", folder=str(folder),
+             bytes=fetched)
+    return RunSource(data, bootstrap_peer=peer, data=FetchedHead(folder, temporary, fetched))
 
 
 def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunManifest, *, self_id: str,
@@ -78,14 +100,16 @@ def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunM
     command = f"distro-node join --bootstrap {addrs[0]} --run-id {run_id.hex()}"
     m = manifest
     flags, notes = "", ""  # printed after the command; join_command itself stays runnable as it is
-    # Neither an imported checkpoint nor a data file travels (yet): say which ones a joiner needs.
+    # An imported checkpoint and a data file do not travel: say which ones a joiner needs. Prepared data
+    # does (node/peer/data_fetch.py): a copy is optional.
     if m.init.kind != "seed":
         flags += " --init-from DIR"
         notes += f"\n  DIR: their copy of the imported Hugging Face checkpoint (sha256 {m.init.sha256})"
     if m.data.kind == "shards":
-        flags += " --data-path DATA"
-        notes += (f"\n  DATA: their copy of the prepared dataset (`distro-node data prepare`), data.json "
-                  f"sha256 {m.data.sha256}, tokenizer sha256 {m.data.tokenizer_sha256}")
+        flags += " [--data-path DATA]"
+        notes += (f"\n  DATA: optional, their copy of the prepared dataset, data.json sha256 "
+                  f"{m.data.sha256}, tokenizer sha256 {m.data.tokenizer_sha256}; without it the shards their "
+                  "batches need are fetched from the swarm")
     elif m.data.kind != "embedded":
         flags += " --data-path FILE"
         notes += f"\n  FILE: their copy of the {m.data.kind} file, sha256 {m.data.sha256} ({m.data.size:,} B)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..data_metrics import DataMetrics
 from ..metrics import PHASES, MetricsServer, NodeMetrics
 from .bans import RoundScores
 
@@ -22,6 +23,8 @@ _PHASE_MAP = {"compute": "compute", "prepare": "prepare", "codec": "prepare", "a
 class Telemetry:
     def __init__(self, host: str, port: int, dense_bf16_bytes: int, tokens_per_step: int) -> None:
         self.metrics = NodeMetrics()
+        self.data = DataMetrics(self.metrics.registry)
+        self._tokens = 0
         self.server = MetricsServer(self.metrics.registry, host=host, port=port).start()
         self.dense_bf16_bytes = dense_bf16_bytes
         self.tokens_per_step = tokens_per_step
@@ -58,8 +61,11 @@ class Telemetry:
         # a NaN here would read as divergence on the dashboard.
         if loss is not None:
             self._last_loss = loss
+        tokens = self.tokens_per_step if loss is not None else 0
         m.observe_step(step, self._last_loss, merged, sent, received, step_seconds=max(0.0, step_seconds),
-                       tokens=self.tokens_per_step if loss is not None else 0)
+                       tokens=tokens)
+        self._tokens += tokens
+        self.data.tokens_seen(self._tokens)
         m.set_peers(peers)
         m.round_closed("complete" if complete else "deadline")
         m.last_step_seconds(step_seconds)

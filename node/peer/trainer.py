@@ -33,6 +33,7 @@ from distro_node.compression.wire import decode, encode
 from distro_node.optimizer.registry import build_strategy
 
 from ..data.sampling import sample_batch
+from ..data.source import TokenSource
 from ..device import autocast
 from ..hashing import model_hash
 from ..model import Llama, next_token_loss
@@ -63,18 +64,25 @@ class Computed:
 
 
 class Trainer:
-    def __init__(self, manifest: RunManifest, peer_id: str, local: LocalSettings | None = None) -> None:
+    def __init__(self, manifest: RunManifest, peer_id: str, local: LocalSettings | None = None,
+                 source: TokenSource | None = None) -> None:
         """Raises :class:`LocalSetupError` (naming the setting) when this peer's local settings do not fit
         the run: a grad_accum that does not divide batch_size, a data file or an imported checkpoint that is
-        not the run's."""
+        not the run's. ``source``: the run's prepared data as fetched on demand (node/peer/data_fetch.py),
+        already checked against the manifest's hashes; None opens ``local.data_path``."""
         self.manifest = manifest
         self.peer_id = peer_id
         self.local = local or LocalSettings()
         self.micro_batch = self.local.micro_batch(manifest.batch_size)
         self.run_id = manifest.run_id()
         shape = manifest.model_config()
-        self.source = open_run_source(manifest.data, manifest.data_seed, self.local.data_path,
-                                      shape.vocab_size)
+        if source is None:
+            source = open_run_source(manifest.data, manifest.data_seed, self.local.data_path,
+                                     shape.vocab_size)
+        elif source.vocab_size > shape.vocab_size:
+            raise LocalSetupError("run.model", f"data vocabulary {source.vocab_size} exceeds the model's "
+                                               f"{shape.vocab_size}")
+        self.source = source
         initial = initial_weights(manifest.init, self.local.init_from)
         self.model = Llama(shape, seed=manifest.seed if initial is None else None)
         if initial is not None:

@@ -27,6 +27,7 @@ from distro_node.protocol.consensus import RoundMachine
 from .announcer import Announcer
 from .changes import ChangeSignal
 from .checkpointing import Checkpointer
+from .data_feed import DataFeed
 from .driver import Decisions
 from .leaving import StopRequest
 from .lookahead import Ahead, LookAhead
@@ -71,8 +72,10 @@ class StepRunner:
         out: Output,
         steps: int | None,
         compute_limit: trio.CapacityLimiter,
+        feed: DataFeed | None = None,
     ) -> None:
         self._machine = machine
+        self._feed = feed  # fetched data: wait until the step's shards are held verified
         self._decisions = decisions
         self._trainer = trainer
         self._announcer = announcer
@@ -119,6 +122,10 @@ class StepRunner:
         ready = self._lookahead.take(s)
         if self._machine.next_step > s:
             return _Computed(None, None, 0, None)
+        if ready is None and self._feed is not None:
+            t0 = time.perf_counter()
+            await self._feed.ready(s)
+            phases["data"] = time.perf_counter() - t0
         done = ready if ready is not None else await trio.to_thread.run_sync(
             self._trainer.compute, s, limiter=self._compute_limit)
         phases.update(done.seconds)
