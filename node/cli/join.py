@@ -170,8 +170,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help=config_help("start from a local Hugging Face LlamaForCausalLM checkpoint "
                                         "directory (config.json + model.safetensors) instead of the seed "
                                         "init. Founders: its config.json sets the model (no --preset) and "
-                                        "the manifest names its weights by sha256; joiners: their own copy "
-                                        "of the run's directory, checked against that hash",
+                                        "the manifest names its weights and files by sha256. Joiners may "
+                                        "omit it: the files are then fetched from the bootstrap peer into "
+                                        "<data_dir>/init (a temporary folder without a data dir), verified; "
+                                        "or pass their own copy, checked against the weights hash",
                                         "run.init_from"))
     local.add_argument("--comm-delay", type=float, default=0.0, metavar="SECONDS",
                        help="BENCHMARK KNOB, not for real runs: hold this peer's own announcement back by "

@@ -157,7 +157,8 @@ class RunConfig(Section):
             "start from a local Hugging Face LlamaForCausalLM checkpoint directory (config.json + "
             "model.safetensors, or shards with model.safetensors.index.json) instead of the seed; founders: "
             "its config.json sets the model shape (run.model is not used) and the manifest names its weights "
-            "by sha256; local: joiners pass their own copy, checked against that hash",
+            "and files by sha256; local: joiners may leave it unset (the files are fetched from the swarm "
+            "into <data_dir>/init) or pass their own copy, checked against the weights hash",
             example="/models/my-llama",
         ),
     )

@@ -72,6 +72,29 @@ def _header(file: Path) -> dict[str, TensorInfo]:
         raise HFFileError(file, f"not a valid safetensors file ({exc})") from None
 
 
+def _weight_map(index_path: Path) -> dict[str, str]:
+    """The index's tensor-to-shard map; every shard a plain file name in the index's directory."""
+    weight_map = read_json(index_path).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise HFFileError(index_path, "weight_map: missing or not a non-empty object")
+    for shard in weight_map.values():
+        if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
+            raise HFFileError(index_path, f"weight_map: shard {shard!r} is not a file name in the directory")
+    return weight_map
+
+
+def loaded_files(directory: Path) -> list[str]:
+    """The names of the files :func:`scan_weights` and config reading use, config.json first: what a copy
+    of the checkpoint needs (a run's manifest names them, so joiners can fetch them; node/peer/init_spec.py).
+    Other files of the directory (tokenizer, generation config, READMEs) are not needed to load it."""
+    if (directory / WEIGHTS_FILE).is_file():
+        return [CONFIG_FILE, WEIGHTS_FILE]
+    index_path = directory / INDEX_FILE
+    if not index_path.is_file():
+        raise HFFileError(directory, f"neither {WEIGHTS_FILE} nor {INDEX_FILE} found")
+    return [CONFIG_FILE, INDEX_FILE, *sorted(set(_weight_map(index_path).values()))]
+
+
 def scan_weights(directory: Path) -> dict[str, TensorInfo]:
     """Every tensor of the checkpoint by name, from the headers of ``model.safetensors`` or of the shards its
     index names (a single file wins when both exist, as in transformers)."""
@@ -82,14 +105,8 @@ def scan_weights(directory: Path) -> dict[str, TensorInfo]:
     if not index_path.is_file():
         raise HFFileError(directory, f"neither {WEIGHTS_FILE} nor {INDEX_FILE} found (only safetensors "
                                      "checkpoints are read: pickle files run code when loaded)")
-    weight_map = read_json(index_path).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise HFFileError(index_path, "weight_map: missing or not a non-empty object")
-    shards: dict[str, dict[str, TensorInfo]] = {}
-    for shard in sorted(set(weight_map.values()), key=str):
-        if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
-            raise HFFileError(index_path, f"weight_map: shard {shard!r} is not a file name in the directory")
-        shards[shard] = _header(directory / shard)
+    weight_map = _weight_map(index_path)
+    shards = {shard: _header(directory / shard) for shard in sorted(set(weight_map.values()))}
     found: dict[str, TensorInfo] = {}
     for shard, tensors in shards.items():
         for name, info in tensors.items():

@@ -56,6 +56,8 @@ def find_resume(directory: Path, wanted: RunManifest) -> tuple[Resume | None, st
         stored = RunManifest.from_bytes(text.encode() if isinstance(text, str) else b"")
     except ManifestError as exc:
         return None, f"checkpoint {ckpt.path.name} has no usable run manifest ({exc})"
+    if not stored.init.files:  # saved before imported runs named their files: that run, files unnamed
+        wanted = replace(wanted, init=replace(wanted.init, files=()))
     if replace(stored, nonce="") != replace(wanted, nonce=""):
         return None, f"checkpoint {ckpt.path.name} belongs to a run with other settings"
     if ckpt.run_id != stored.run_id():

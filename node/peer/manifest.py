@@ -17,8 +17,9 @@ data file and of an imported checkpoint, which are per-process choices (node/pee
 
 A run imported from a Hugging Face checkpoint (``init``) has no preset: the model shape is the one its
 config.json gave, carried in ``init.model``, and its weights are named by ``init.sha256``, the weights hash of
-the imported tensors (node/hf/convert.py). The files themselves never travel, as with a data file: each
-peer loads its own copy and must find that hash (node/peer/run_init.py).
+the imported tensors (node/hf/convert.py). ``init.files`` names the directory's files by sha256 and size, so
+a joiner without a copy fetches them from its peers; every peer still checks the loaded weights against
+``init.sha256`` (node/peer/init_spec.py, run_init.py, init_fetch.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -34,13 +34,16 @@ from typing import Any
 
 from distro_node.compression.wire import max_encoded_nbytes
 from distro_node.node.config.schema import NetworkConfig, RoundsConfig, RunConfig
-from distro_node.node.model import ModelConfig, ModelConfigError
+from distro_node.node.model import ModelConfig
 from distro_node.optimizer.errors import ConfigError
 from distro_node.optimizer.registry import STRATEGIES, make_config
 from distro_node.protocol.consensus import RoundConfig, RoundConfigError
 
 from ..data.data_manifest import MAX_VOCAB
 from ..presets import UnknownPresetError, preset, with_vocab
+from .init_spec import InitSpec
+from .manifest_error import SHA256_HEX as _SHA256_HEX
+from .manifest_error import ManifestError
 
 MANIFEST_VERSION = 1
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -48,16 +51,6 @@ DATA_FILE_KINDS: tuple[str, ...] = ("text", "tokens", "shards")
 TOKEN_DTYPES: tuple[str, ...] = ("uint16", "uint32")
 _RUN = RunConfig()  # the defaults below come from the node config's [run] table (one source)
 DEFAULT_GRAD_CLIP = _RUN.grad_clip
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-
-
-class ManifestError(ValueError):
-    """A manifest field is missing or invalid; ``field`` names it."""
-
-    def __init__(self, field: str, detail: str) -> None:
-        super().__init__(f"manifest {field}: {detail}")
-        self.field = field
-
 
 _ROUNDS = RoundsConfig()  # the defaults come from the node config (one source); see RoundsConfig's docs
 
@@ -133,46 +126,6 @@ class DataSpec:
         if type(self.vocab_size) is not int or not 2 <= self.vocab_size <= MAX_VOCAB:
             raise ManifestError("data.vocab_size", f"must be an int in [2, {MAX_VOCAB}], "
                                                    f"got {self.vocab_size!r}")
-
-
-INIT_KINDS: tuple[str, ...] = ("seed", "hf")
-_MODEL_FIELDS = tuple(ModelConfig.__dataclass_fields__)
-
-
-@dataclass(frozen=True)
-class InitSpec:
-    """Where step 0's weights come from: ``seed`` (the default: drawn from the manifest's seed), or ``hf``
-    (imported from a Hugging Face Llama checkpoint; ``sha256`` is the weights hash of its tensors and
-    ``model`` the ModelConfig its config.json gave, as plain values)."""
-
-    kind: str = "seed"
-    sha256: str = ""
-    model: Mapping[str, Any] = field(default_factory=dict)
-
-    def check(self) -> None:
-        if self.kind == "seed":
-            if self.sha256 or self.model:
-                raise ManifestError("init", "a seeded run takes no sha256 or model")
-            return
-        if self.kind not in INIT_KINDS:
-            raise ManifestError("init.kind", f"must be one of {INIT_KINDS}, got {self.kind!r}")
-        if not isinstance(self.sha256, str) or not _SHA256_HEX.fullmatch(self.sha256):
-            raise ManifestError("init.sha256", "must be 64 lowercase hex characters")
-        self.model_config()
-
-    def model_config(self) -> ModelConfig:
-        """The imported shape; one byte form only: exactly ModelConfig's keys, ints and floats as typed."""
-        model = self.model
-        if not isinstance(model, Mapping) or set(model) != set(_MODEL_FIELDS):
-            raise ManifestError("init.model", f"expected exactly {sorted(_MODEL_FIELDS)}")
-        for name in _MODEL_FIELDS:
-            wanted = float if name in ("rope_theta", "norm_eps", "init_std") else int
-            if type(model[name]) is not wanted:
-                raise ManifestError(f"init.model.{name}", f"must be a {wanted.__name__}")
-        try:
-            return ModelConfig(**model)
-        except ModelConfigError as exc:
-            raise ManifestError("init.model", str(exc)) from None
 
 
 # Later fields and the values at which they are left out of the canonical bytes (see the module docstring).
@@ -265,7 +218,7 @@ class RunManifest:
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["settings"] = json.loads(json.dumps(dict(self.settings)))
-        doc["init"]["model"] = dict(self.init.model)
+        doc["init"] = self.init.to_doc()
         for name, default in _OMITTED_AT_DEFAULT.items():
             if getattr(self, name) == default:
                 del doc[name]
@@ -303,13 +256,7 @@ class RunManifest:
         for name in ("kind", "sha256", "token_dtype", "tokenizer_sha256"):
             if name in data_doc and not isinstance(data_doc[name], str):
                 raise ManifestError(f"data.{name}", "must be a string")
-        init_doc = doc.get("init", asdict(InitSpec()))
-        init_keys = set(InitSpec.__dataclass_fields__)
-        if not isinstance(init_doc, dict) or set(init_doc) != init_keys:
-            raise ManifestError("init", f"expected exactly {sorted(init_keys)}")
-        for name, kind in (("kind", str), ("sha256", str), ("model", dict)):
-            if not isinstance(init_doc[name], kind):
-                raise ManifestError(f"init.{name}", f"must be a {kind.__name__}")
+        init = InitSpec.from_doc(doc.get("init", InitSpec().to_doc()))
         rounds = doc["rounds"]
         round_keys = set(RoundSettings.__dataclass_fields__)
         if not isinstance(rounds, dict) or set(rounds) != round_keys:
@@ -326,7 +273,7 @@ class RunManifest:
             if not isinstance(doc[name], str):
                 raise ManifestError(name, "must be a string")
         manifest = cls(**{**doc, "rounds": RoundSettings(**rounds), "data": DataSpec(**data_doc),
-                          "init": InitSpec(**init_doc)})
+                          "init": init})
         if manifest.to_bytes() != bytes(data):
             raise ManifestError("encoding", "not in canonical form (sorted keys, no whitespace)")
         return manifest
@@ -358,3 +305,4 @@ class RunManifest:
 def payload_cap(spec: Any) -> int:
     """The largest payload a peer of this run may send: the codec's exact bound for the spec."""
     return int(max_encoded_nbytes(spec))
+

@@ -11,7 +11,7 @@ via ``trio.to_thread.run_sync`` so the event loop keeps serving payloads and vot
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -41,6 +41,7 @@ from .data_fetch import catalog_full_copy, open_fetched
 from .driver import RoundDriver
 from .fetcher import Fetcher
 from .heartbeat import send_heartbeats
+from .init_fetch import catalog_init_files
 from .intake import GossipDecoder, GossipIntake
 from .leaving import Leaver, StopRequest
 from .lookahead import LookAhead
@@ -103,11 +104,15 @@ class PeerNode:
         try:
             source = await obtain_manifest(opts, self._ckpt_store, self.out)
         except PeerError as exc:
-            self.out.emit("error", f"error: {exc}", reason=str(exc))
+            cause = exc.__cause__  # a local setting that must change (run.init_from) is named as such
+            where = {"field": cause.field} if isinstance(cause, LocalSetupError) else {}
+            self.out.emit("error", f"error: {exc}", reason=str(exc), **where)
             return 1
         cleanup = ExitStack()  # /metrics is stopped last, once the host has closed
         if source.data is not None:
             cleanup.callback(source.data.remove_if_temporary)
+        if source.init is not None:
+            cleanup.callback(source.init.remove_if_temporary)
         try:
             async with open_host(key, host_cfg) as host:
                 run = await self._prepare(host, source, cleanup)
@@ -124,15 +129,20 @@ class PeerNode:
         run_id = manifest.run_id()
         install_manifest_server(host, source.manifest_bytes)
         catalog = BlobCatalog()  # the run's files we hold verified, served to members
+        # A joiner that fetched the imported checkpoint loads it from where it was fetched to.
+        local = opts.local if source.init is None else replace(opts.local, init_from=source.init.folder)
         try:
             fetched = None
             if source.data is not None:
                 fetched = await trio.to_thread.run_sync(open_fetched, source.data.folder,
                                                         opts.local.data_cache_bytes, catalog)
-            trainer = await trio.to_thread.run_sync(Trainer, manifest, self_id, opts.local,
+            trainer = await trio.to_thread.run_sync(Trainer, manifest, self_id, local,
                                                     None if fetched is None else fetched[1])
             if fetched is None and manifest.data.kind == "shards" and opts.local.data_path is not None:
                 catalog_full_copy(catalog, manifest.data, opts.local.data_path)
+            if manifest.init.files and local.init_from is not None:  # its weights hash was just checked
+                await trio.to_thread.run_sync(partial(catalog_init_files, catalog, manifest.init,
+                                                      local.init_from, verified=source.init is not None))
         except LocalSetupError as exc:  # e.g. a joiner's data file is not the run's
             self.out.emit("error", f"error: {exc}", reason=str(exc), field=exc.field)
             return None

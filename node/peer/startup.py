@@ -23,6 +23,7 @@ from . import checkpointing
 from .changes import ChangeSignal
 from .checkpointing import Resume
 from .data_fetch import FetchedHead, fetch_folder, fetch_head
+from .init_fetch import FetchedInit, InitFetchError, fetch_init_files, init_folder
 from .intake import GossipIntake
 from .local import LocalSetupError
 from .manifest import ManifestError, RunManifest
@@ -38,13 +39,15 @@ JOIN_HEAR_TIMEOUT = 15.0  # a joiner waits this long to hear the active roster b
 @dataclass(frozen=True)
 class RunSource:
     """Where our run comes from: the manifest's bytes, a founder's checkpoint to resume from, a joiner's
-    bootstrap peer (asked first for state), and for a joiner without the run's prepared dataset the folder
-    its data.json, tokenizer and index were fetched into (its shards follow during training)."""
+    bootstrap peer (asked first for state), for a joiner without the run's prepared dataset the folder
+    its data.json, tokenizer and index were fetched into (its shards follow during training), and for a
+    joiner of an imported run without ``--init-from`` the folder the checkpoint's files were fetched into."""
 
     manifest_bytes: bytes
     resume: Resume | None = None
     bootstrap_peer: ID | None = None
     data: FetchedHead | None = None
+    init: FetchedInit | None = None
 
 
 async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None, out: Output) -> RunSource:
@@ -72,24 +75,57 @@ async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None,
         except TransportError as exc:
             raise PeerError(f"cannot get the run manifest from {peer}: {exc}") from exc
         try:
-            spec = RunManifest.from_bytes(data).data
+            manifest = RunManifest.from_bytes(data)
         except ManifestError as exc:
             raise PeerError(f"the run manifest from {peer} is invalid: {exc}") from exc
-        where = fetch_folder(spec, opts.local.data_path, opts.data_dir)
-        if where is None:
-            return RunSource(data, bootstrap_peer=peer)
-        folder, temporary = where
+        head = await _fetch_data_head(temp, peer, manifest, opts)
         try:
-            fetched = await fetch_head(temp, peer, spec, folder)
-        except (TransportError, LocalSetupError) as exc:
-            if temporary:
-                FetchedHead(folder, temporary).remove_if_temporary()
-            raise PeerError(f"cannot get the run's data.json, tokenizer and document index from {peer}: "
-                            f"{exc}") from exc
-    out.emit("data_head", f"fetched the run's data.json, tokenizer and document index into {folder} "
-             f"({fetched:,} B); shards follow as this peer's batches need them", folder=str(folder),
-             bytes=fetched)
-    return RunSource(data, bootstrap_peer=peer, data=FetchedHead(folder, temporary, fetched))
+            init = await _fetch_init(temp, peer, manifest, opts)
+        except PeerError:
+            if head is not None:
+                head.remove_if_temporary()
+            raise
+    if head is not None:
+        out.emit("data_head", f"fetched the run's data.json, tokenizer and document index into {head.folder} "
+                 f"({head.fetched_bytes:,} B); shards follow as this peer's batches need them",
+                 folder=str(head.folder), bytes=head.fetched_bytes)
+    if init is not None:
+        out.emit("init_fetched", f"fetched the run's imported checkpoint (weights sha256 "
+                 f"{manifest.init.sha256[:12]}…, {len(manifest.init.files)} files) into {init.folder} "
+                 f"({init.fetched_bytes:,} B over the network)", folder=str(init.folder),
+                 bytes=init.fetched_bytes, files=len(manifest.init.files), sha256=manifest.init.sha256)
+    return RunSource(data, bootstrap_peer=peer, data=head, init=init)
+
+
+async def _fetch_data_head(temp: P2PHost, peer: ID, manifest: RunManifest,
+                           opts: PeerOptions) -> FetchedHead | None:
+    """data.json, the tokenizer and the index for a joiner without the run's prepared dataset; else None."""
+    where = fetch_folder(manifest.data, opts.local.data_path, opts.data_dir)
+    if where is None:
+        return None
+    folder, temporary = where
+    try:
+        fetched = await fetch_head(temp, peer, manifest.data, folder)
+    except (TransportError, LocalSetupError) as exc:
+        FetchedHead(folder, temporary).remove_if_temporary()
+        raise PeerError(f"cannot get the run's data.json, tokenizer and document index from {peer}: "
+                        f"{exc}") from exc
+    return FetchedHead(folder, temporary, fetched)
+
+
+async def _fetch_init(temp: P2PHost, peer: ID, manifest: RunManifest,
+                      opts: PeerOptions) -> FetchedInit | None:
+    """The imported checkpoint's files for a joiner without ``--init-from`` (node/peer/init_fetch.py)."""
+    where = init_folder(manifest.init, opts.local.init_from, opts.data_dir)
+    if where is None:
+        return None
+    folder, temporary = where
+    try:
+        fetched = await fetch_init_files(temp, peer, manifest.init, folder)
+    except InitFetchError as exc:
+        FetchedInit(folder, temporary).remove_if_temporary()
+        raise PeerError(str(exc)) from exc
+    return FetchedInit(folder, temporary, fetched)
 
 
 def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunManifest, *, self_id: str,
@@ -100,9 +136,13 @@ def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunM
     command = f"distro-node join --bootstrap {addrs[0]} --run-id {run_id.hex()}"
     m = manifest
     flags, notes = "", ""  # printed after the command; join_command itself stays runnable as it is
-    # An imported checkpoint and a data file do not travel: say which ones a joiner needs. Prepared data
-    # does (node/peer/data_fetch.py): a copy is optional.
-    if m.init.kind != "seed":
+    # A data file does not travel: say which one a joiner needs. Prepared data and an imported checkpoint
+    # whose files the manifest names do (node/peer/data_fetch.py, init_fetch.py): a copy is optional.
+    if m.init.kind != "seed" and m.init.files:
+        flags += " [--init-from DIR]"
+        notes += (f"\n  DIR: optional, their copy of the imported Hugging Face checkpoint (weights sha256 "
+                  f"{m.init.sha256}); without it its files are fetched from the swarm")
+    elif m.init.kind != "seed":
         flags += " --init-from DIR"
         notes += f"\n  DIR: their copy of the imported Hugging Face checkpoint (sha256 {m.init.sha256})"
     if m.data.kind == "shards":

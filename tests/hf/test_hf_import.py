@@ -17,7 +17,7 @@ from distro_node.node.hf.mapping import name_pairs, parameter_shapes
 from distro_node.node.model import Llama
 from distro_node.node.peer.local import LocalSettings, LocalSetupError
 from distro_node.node.peer.manifest import InitSpec, ManifestError, RunManifest
-from distro_node.node.peer.run_init import founder_init_spec, initial_weights
+from distro_node.node.peer.run_init import checkpoint_files, founder_init_spec, initial_weights
 from distro_node.node.peer.settings import founder_manifest, load_join_settings
 from distro_node.node.peer.trainer import Trainer
 from distro_node.node.presets import preset
@@ -93,7 +93,8 @@ def test_founder_manifest_takes_shape_and_hash_from_the_checkpoint(hf_dir: Path)
     settings = load_join_settings(None, {"run.init_from": hf_dir}, env={})
     manifest = founder_manifest(settings)
     imported = load_hf_checkpoint(hf_dir)
-    assert manifest.init == InitSpec(kind="hf", sha256=imported.sha256, model=imported.config.to_dict())
+    assert manifest.init == InitSpec(kind="hf", sha256=imported.sha256, model=imported.config.to_dict(),
+                                     files=checkpoint_files(hf_dir))
     assert manifest.preset == "" and manifest.model_config() == imported.config
     assert RunManifest.from_bytes(manifest.to_bytes()) == manifest  # one canonical byte form
     seeded = founder_manifest(load_join_settings(None, {}, env={}))
