@@ -56,6 +56,8 @@ async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None,
     Joiners fetch it through a throwaway host with a fresh identity. The real host must not connect to
     anyone before its gossip is running: py-libp2p opens its pubsub stream only when a connection comes
     up, and a peer that met no pubsub handler on our side never retries, so we would hear no gossip.
+    A failure is raised once that host is closed: raised inside it, it would leave trio's nurseries as an
+    ExceptionGroup, which the node's ``except PeerError`` does not catch (a traceback, not an error event).
     """
     if opts.manifest is not None:
         if ckpt_store is not None and opts.checkpoint_dir is not None:
@@ -68,23 +70,15 @@ async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None,
         raise PeerError("a joiner needs --bootstrap (or found a run without it)")
     peer, _ = split_peer_addr(opts.network.bootstrap[0])
     cfg = HostConfig(listen_addrs=opts.network.listen, px_interval=0.0, dial_timeout=10.0)
+    got: tuple[bytes, RunManifest, FetchedHead | None, FetchedInit | None] | PeerError
     async with open_host(create_new_key_pair(), cfg) as temp:
         try:
-            await temp.dial(opts.network.bootstrap[0])
-            data = await fetch_manifest(temp, peer, expected_run_id=opts.expected_run_id)
-        except TransportError as exc:
-            raise PeerError(f"cannot get the run manifest from {peer}: {exc}") from exc
-        try:
-            manifest = RunManifest.from_bytes(data)
-        except ManifestError as exc:
-            raise PeerError(f"the run manifest from {peer} is invalid: {exc}") from exc
-        head = await _fetch_data_head(temp, peer, manifest, opts)
-        try:
-            init = await _fetch_init(temp, peer, manifest, opts)
-        except PeerError:
-            if head is not None:
-                head.remove_if_temporary()
-            raise
+            got = await _from_bootstrap(temp, peer, opts)
+        except PeerError as exc:  # not raised inside: the host's nurseries would wrap it in groups
+            got = exc
+    if isinstance(got, PeerError):
+        raise got
+    data, manifest, head, init = got
     if head is not None:
         out.emit("data_head", f"fetched the run's data.json, tokenizer and document index into {head.folder} "
                  f"({head.fetched_bytes:,} B); shards follow as this peer's batches need them",
@@ -95,6 +89,28 @@ async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None,
                  f"({init.fetched_bytes:,} B over the network)", folder=str(init.folder),
                  bytes=init.fetched_bytes, files=len(manifest.init.files), sha256=manifest.init.sha256)
     return RunSource(data, bootstrap_peer=peer, data=head, init=init)
+
+
+async def _from_bootstrap(temp: P2PHost, peer: ID, opts: PeerOptions
+                          ) -> tuple[bytes, RunManifest, FetchedHead | None, FetchedInit | None]:
+    """The manifest's bytes from the bootstrap peer, then what this joiner lacks of the run's files."""
+    try:
+        await temp.dial(opts.network.bootstrap[0])
+        data = await fetch_manifest(temp, peer, expected_run_id=opts.expected_run_id)
+    except TransportError as exc:
+        raise PeerError(f"cannot get the run manifest from {peer}: {exc}") from exc
+    try:
+        manifest = RunManifest.from_bytes(data)
+    except ManifestError as exc:
+        raise PeerError(f"the run manifest from {peer} is invalid: {exc}") from exc
+    head = await _fetch_data_head(temp, peer, manifest, opts)
+    try:
+        init = await _fetch_init(temp, peer, manifest, opts)
+    except PeerError:
+        if head is not None:
+            head.remove_if_temporary()
+        raise
+    return data, manifest, head, init
 
 
 async def _fetch_data_head(temp: P2PHost, peer: ID, manifest: RunManifest,

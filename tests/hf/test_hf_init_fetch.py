@@ -74,3 +74,29 @@ def test_joiners_without_the_checkpoint_fetch_it_and_train_in_lockstep(tmp_path:
     for f in spec.files:
         assert hashlib.sha256((kept / f.name).read_bytes()).hexdigest() == f.sha256
     assert not Path(got["passer"]["folder"]).exists()  # no data dir: the temporary folder went at exit
+
+
+def test_a_joiner_whose_bootstrap_does_not_serve_the_files_is_told_the_hash(tmp_path: Path,
+                                                                             started: list[PeerProc]) -> None:
+    """A peer that joined with its own copy stored in other files (one file, not the founder's shards) trains
+    on the run's weights but serves none of the manifest's weight files: a joiner bootstrapping from it
+    stops before training with an error naming run.init_from and the weights hash."""
+    pytest.importorskip("transformers")
+    model = make_hf_model(seed=6)
+    sharded = save_hf_model(model, tmp_path / "sharded", max_shard_size="40KB")
+    single = save_hf_model(model, tmp_path / "single")
+    spec = founder_init_spec(sharded)
+    serving = [*RUN, "--steps", "1000"]  # still running when the late joiner asks (killed by the fixture)
+    founder = PeerProc([*CLI, "join", "--init-from", str(sharded), "--genesis-peers", "2", *serving],
+                       "founder", tmp_path)
+    started.append(founder)
+    own = PeerProc([*CLI, "join", *join_args(founder.info()["join_command"]), "--init-from", str(single),
+                    *serving], "own", tmp_path)
+    started.append(own)
+    late = PeerProc([*CLI, "join", *join_args(own.info()["join_command"]), *RUN], "late", tmp_path)
+    started.append(late)
+    error = late.wait_for(lambda e: e.get("event") == "error", 120, "an error")
+    assert error["field"] == "run.init_from" and spec.sha256 in error["reason"], error
+    assert "--init-from" in error["reason"]
+    assert late.wait_exit(30) == 1
+    assert not [e for e in late.events if e.get("event") in ("init_fetched", "joined")]
