@@ -23,7 +23,6 @@ Wire format (all integers big-endian):
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import struct
@@ -37,6 +36,7 @@ from libp2p.abc import INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
+from .digests import file_sha256
 from .errors import (
     BadRequestError,
     FetchFailedError,
@@ -60,7 +60,6 @@ REQUEST_VERSION = 1
 PIECE_BYTES = 1 << 20
 _REQUEST = struct.Struct(">B32sQI")
 _REPLY_HEADER = struct.Struct(">BI")
-_HASH_CHUNK = 1 << 20
 
 
 class BlobStatus(IntEnum):
@@ -86,14 +85,6 @@ class BlobConfig:
         for name in ("attempt_timeout", "request_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"BlobConfig.{name} must be > 0")
-
-
-def file_sha256(path: Path) -> bytes:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.digest()
 
 
 class BlobCatalog:

@@ -7,7 +7,6 @@ than as an index error deep inside the first training step.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +19,7 @@ from distro_node.node.data.errors import (
     TokenRangeError,
 )
 from distro_node.node.data.source import TokenSource
+from distro_node.protocol.digests import file_sha256
 
 BYTE_VOCAB_SIZE = 256
 
@@ -74,11 +74,7 @@ def file_fingerprint(path: str | Path) -> tuple[str, int]:
     hold the same corpus without ever sending it or its path."""
     path = Path(path)
     size = _check_file(path)
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest(), size
+    return file_sha256(path).hex(), size
 
 
 def resolve_token_dtype(path: str | Path, dtype: TokenDtype | None = None) -> TokenDtype:

@@ -14,7 +14,6 @@ so the state is under a lock; a map already handed out stays valid after its fil
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -24,9 +23,9 @@ import numpy as np
 from distro_node.node.data.data_manifest import Blob
 from distro_node.node.data.errors import DataError, DataSettingError
 from distro_node.node.data.lazy import ShardNotReadyError
+from distro_node.node.data.shards import file_sha256
 
 CACHE_FIELD = "run.data.cache_bytes"
-_HASH_BYTES = 1 << 24
 
 
 class CacheFullError(DataError):
@@ -36,14 +35,6 @@ class CacheFullError(DataError):
         super().__init__(f"{CACHE_FIELD}: one step's shards need {needed} bytes at once, more than the "
                          f"budget of {budget} bytes: raise --data-cache-bytes")
         self.field = CACHE_FIELD
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(_HASH_BYTES):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class ShardCache:
@@ -90,7 +81,7 @@ class ShardCache:
             path = self.path(i)
             if not path.is_file():
                 continue
-            ok = path.stat().st_size == blob.size and _sha256(path) == blob.sha256
+            ok = path.stat().st_size == blob.size and file_sha256(path) == blob.sha256
             if ok and self.used + blob.size <= self.budget:
                 self.admit(i)
                 admitted.append(i)

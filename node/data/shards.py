@@ -13,7 +13,6 @@ Nothing here needs the ``tokenizers`` package: a peer trains on ids, and the tok
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,7 @@ from distro_node.node.data.errors import DataFileNotFoundError, ShardError, Toke
 from distro_node.node.data.lazy import check_index
 from distro_node.node.data.rows import DocumentRows
 from distro_node.node.data.source import TokenSource
+from distro_node.protocol import digests
 
 # Shards are hashed and scanned in slices of this many bytes, so checking a large one needs little memory.
 _SCAN_BYTES = 1 << 24
@@ -50,11 +50,8 @@ def read_manifest(path: str | Path) -> tuple[DataManifest, bytes]:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(_SCAN_BYTES):
-            digest.update(block)
-    return digest.hexdigest()
+    """Hex sha256, as data.json names files (protocol/digests.py reads the blocks)."""
+    return digests.file_sha256(path, _SCAN_BYTES).hex()
 
 
 def _document_ends(path: Path, tokens: np.ndarray, vocab_size: int, eod_id: int, expected: int) -> np.ndarray:

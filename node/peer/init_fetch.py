@@ -24,7 +24,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from distro_node.protocol.blobs import BlobCatalog, BlobConfig, fetch_blob, file_sha256
+from distro_node.protocol.blobs import BlobCatalog, BlobConfig, fetch_blob
+from distro_node.protocol.digests import file_sha256
 from distro_node.protocol.errors import TransportError
 from distro_node.protocol.host import P2PHost
 from libp2p.peer.id import ID

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from distro_node.protocol.blobs import file_sha256
+from distro_node.protocol.digests import file_sha256
 
 from ..hf.convert import ImportedCheckpoint, load_hf_checkpoint
 from ..hf.errors import HFCheckpointError

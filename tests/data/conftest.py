@@ -9,28 +9,11 @@ shard boundary are exercised.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
-from distro_node.node.data.prepare import PrepareResult, PrepareSettings, prepare
-from shard_corpus import documents, write_inputs
-
-CORPUS_CHARS = 2_000_000
-SETTINGS = PrepareSettings(vocab_size=8000, eod_token="<|endoftext|>", text_field="text", eval_fraction=0.1,
-                           shard_tokens=1 << 16)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    docs: list[str]
-    inputs: list[Path]
-    result: PrepareResult
-
-    @property
-    def folder(self) -> Path:
-        return self.result.path.parent
+from distro_node.node.data.prepare import prepare
+from shard_corpus import CORPUS_CHARS, SETTINGS, Prepared, documents, write_inputs
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,11 @@ import hashlib
 import json
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from distro_node.node.data.prepare import PrepareResult, PrepareSettings
 
 SYLLABLES = ("ka", "to", "ri", "an", "el", "mo", "su", "ne", "la", "vi", "or", "qu", "pe", "di", "xa", "zu",
              "ba", "fo", "gi", "he", "ly", "ost", "um", "wer")
@@ -74,3 +77,21 @@ def rewrite_shard(folder: Path, split: str, index: int, data: bytes) -> None:
     entry = doc[split]["shards"][index]
     (folder / entry["file"]).write_bytes(data)
     edit_manifest(folder, lambda d: d[split]["shards"][index].update(sha256=hashlib.sha256(data).hexdigest()))
+
+
+# The folder's one prepared dataset (conftest.py's ``prepared`` fixture) and its settings: imported by name
+# from here, not from conftest, which other test folders also have.
+CORPUS_CHARS = 2_000_000
+SETTINGS = PrepareSettings(vocab_size=8000, eod_token="<|endoftext|>", text_field="text", eval_fraction=0.1,
+                           shard_tokens=1 << 16)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    docs: list[str]
+    inputs: list[Path]
+    result: PrepareResult
+
+    @property
+    def folder(self) -> Path:
+        return self.result.path.parent

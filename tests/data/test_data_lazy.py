@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import Prepared
 from distro_node.node.data.data_manifest import DataManifest
 from distro_node.node.data.errors import ShardError
 from distro_node.node.data.lazy import ShardNotReadyError, lazy_source, read_index, shard_dtype
 from distro_node.node.data.sampling import batch_shards, eval_batches, sample_batch
 from distro_node.node.data.shards import open_shards, read_manifest
 from distro_node.node.data.source import TokenSource
-from shard_corpus import copy_dataset, edit_manifest
+from shard_corpus import Prepared, copy_dataset, edit_manifest
 
 RUN = b"\x05" * 32
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SETTINGS, Prepared
 from distro_node.node.cli.main import main
 from distro_node.node.data.data_manifest import DataManifest
 from distro_node.node.data.errors import (
@@ -22,7 +21,7 @@ from distro_node.node.data.errors import (
 )
 from distro_node.node.data.prepare import held_out, prepare
 from distro_node.node.data.progress import Progress
-from shard_corpus import SPECIAL_DOCUMENTS
+from shard_corpus import SETTINGS, SPECIAL_DOCUMENTS, Prepared
 from tokenizers import Tokenizer
 
 

@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import Prepared
 from distro_node.node.data.data_manifest import MAX_MANIFEST_BYTES
 from distro_node.node.data.errors import DataFileNotFoundError, DataManifestError, ShardError, TokenRangeError
 from distro_node.node.data.sampling import eval_batches, sample_batch
 from distro_node.node.data.shards import open_shards
-from shard_corpus import copy_dataset, edit_manifest, rewrite_shard
+from shard_corpus import Prepared, copy_dataset, edit_manifest, rewrite_shard
 
 RUN = b"\x07" * 32
 

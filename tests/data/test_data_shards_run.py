@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import SETTINGS, Prepared
 from distro_node.node.data.prepare import prepare
 from distro_node.node.data.shards import open_shards
 from distro_node.node.peer.local import LocalSettings, LocalSetupError
@@ -19,7 +18,7 @@ from distro_node.node.peer.settings import founder_manifest, load_join_settings
 from distro_node.node.peer.trainer import Trainer
 from distro_node.node.presets import preset
 from distro_node.node.sim.experiment import ExperimentConfig, run_experiment
-from shard_corpus import copy_dataset
+from shard_corpus import SETTINGS, Prepared, copy_dataset
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
