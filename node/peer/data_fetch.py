@@ -15,9 +15,7 @@ node/peer/startup.py). The shards follow during training, only those the peer's 
 
 from __future__ import annotations
 
-import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,20 +34,6 @@ from .manifest import DataSpec
 from .run_data import PATH_FIELD
 
 CACHE_DIR = "data-cache"
-
-
-@dataclass(frozen=True)
-class FetchedHead:
-    """Where a joiner without the dataset keeps what it fetches (data.json, tokenizer, index, shards), and
-    whether that folder is a temporary one (no data_dir: nothing of this process persists)."""
-
-    folder: Path
-    temporary: bool
-    fetched_bytes: int = 0
-
-    def remove_if_temporary(self) -> None:
-        if self.temporary:
-            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def fetch_folder(spec: DataSpec, data_path: Path | None, data_dir: Path | None) -> tuple[Path, bool] | None:
@@ -136,5 +120,5 @@ def catalog_full_copy(catalog: BlobCatalog, spec: DataSpec, data_path: Path) -> 
         catalog.add(mpath.parent / blob.file, bytes.fromhex(blob.sha256))
 
 
-__all__ = ["CACHE_DIR", "FetchedHead", "catalog_full_copy", "fetch_folder", "fetch_head", "head_blobs",
+__all__ = ["CACHE_DIR", "catalog_full_copy", "fetch_folder", "fetch_head", "head_blobs",
            "open_fetched"]

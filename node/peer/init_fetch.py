@@ -19,9 +19,7 @@ copy stored in other files) is an :class:`InitFetchError` naming ``run.init_from
 
 from __future__ import annotations
 
-import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from distro_node.protocol.blobs import BlobCatalog, BlobConfig, fetch_blob
@@ -44,20 +42,6 @@ class InitFetchError(LocalSetupError):
         super().__init__(INIT_FIELD, f"cannot fetch the run's imported checkpoint (weights sha256 {sha256}): "
                                      f"{detail}; pass a copy of its directory with --init-from DIR")
         self.sha256 = sha256
-
-
-@dataclass(frozen=True)
-class FetchedInit:
-    """Where a joiner keeps the checkpoint files it fetched, whether that folder is temporary (no data dir),
-    and how many bytes came over the network (0 when a previous run left them all verified)."""
-
-    folder: Path
-    temporary: bool
-    fetched_bytes: int = 0
-
-    def remove_if_temporary(self) -> None:
-        if self.temporary:
-            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def init_folder(spec: InitSpec, init_from: Path | None, data_dir: Path | None) -> tuple[Path, bool] | None:
@@ -107,5 +91,5 @@ def catalog_init_files(catalog: BlobCatalog, spec: InitSpec, directory: Path, *,
     return served
 
 
-__all__ = ["INIT_DIR", "FetchedInit", "InitFetchError", "catalog_init_files", "fetch_init_files",
+__all__ = ["INIT_DIR", "InitFetchError", "catalog_init_files", "fetch_init_files",
            "init_folder"]

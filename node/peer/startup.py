@@ -22,8 +22,9 @@ from libp2p.peer.id import ID
 from . import checkpointing
 from .changes import ChangeSignal
 from .checkpointing import Resume
-from .data_fetch import FetchedHead, fetch_folder, fetch_head
-from .init_fetch import FetchedInit, InitFetchError, fetch_init_files, init_folder
+from .data_fetch import fetch_folder, fetch_head
+from .fetched import FetchedFolder
+from .init_fetch import InitFetchError, fetch_init_files, init_folder
 from .intake import GossipIntake
 from .local import LocalSetupError
 from .manifest import ManifestError, RunManifest
@@ -46,8 +47,8 @@ class RunSource:
     manifest_bytes: bytes
     resume: Resume | None = None
     bootstrap_peer: ID | None = None
-    data: FetchedHead | None = None
-    init: FetchedInit | None = None
+    data: FetchedFolder | None = None
+    init: FetchedFolder | None = None
 
 
 async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None, out: Output) -> RunSource:
@@ -70,7 +71,7 @@ async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None,
         raise PeerError("a joiner needs --bootstrap (or found a run without it)")
     peer, _ = split_peer_addr(opts.network.bootstrap[0])
     cfg = HostConfig(listen_addrs=opts.network.listen, px_interval=0.0, dial_timeout=10.0)
-    got: tuple[bytes, RunManifest, FetchedHead | None, FetchedInit | None] | PeerError
+    got: tuple[bytes, RunManifest, FetchedFolder | None, FetchedFolder | None] | PeerError
     async with open_host(create_new_key_pair(), cfg) as temp:
         try:
             got = await _from_bootstrap(temp, peer, opts)
@@ -92,7 +93,7 @@ async def obtain_manifest(opts: PeerOptions, ckpt_store: CheckpointStore | None,
 
 
 async def _from_bootstrap(temp: P2PHost, peer: ID, opts: PeerOptions
-                          ) -> tuple[bytes, RunManifest, FetchedHead | None, FetchedInit | None]:
+                          ) -> tuple[bytes, RunManifest, FetchedFolder | None, FetchedFolder | None]:
     """The manifest's bytes from the bootstrap peer, then what this joiner lacks of the run's files."""
     try:
         await temp.dial(opts.network.bootstrap[0])
@@ -114,7 +115,7 @@ async def _from_bootstrap(temp: P2PHost, peer: ID, opts: PeerOptions
 
 
 async def _fetch_data_head(temp: P2PHost, peer: ID, manifest: RunManifest,
-                           opts: PeerOptions) -> FetchedHead | None:
+                           opts: PeerOptions) -> FetchedFolder | None:
     """data.json, the tokenizer and the index for a joiner without the run's prepared dataset; else None."""
     where = fetch_folder(manifest.data, opts.local.data_path, opts.data_dir)
     if where is None:
@@ -123,14 +124,14 @@ async def _fetch_data_head(temp: P2PHost, peer: ID, manifest: RunManifest,
     try:
         fetched = await fetch_head(temp, peer, manifest.data, folder)
     except (TransportError, LocalSetupError) as exc:
-        FetchedHead(folder, temporary).remove_if_temporary()
+        FetchedFolder(folder, temporary).remove_if_temporary()
         raise PeerError(f"cannot get the run's data.json, tokenizer and document index from {peer}: "
                         f"{exc}") from exc
-    return FetchedHead(folder, temporary, fetched)
+    return FetchedFolder(folder, temporary, fetched)
 
 
 async def _fetch_init(temp: P2PHost, peer: ID, manifest: RunManifest,
-                      opts: PeerOptions) -> FetchedInit | None:
+                      opts: PeerOptions) -> FetchedFolder | None:
     """The imported checkpoint's files for a joiner without ``--init-from`` (node/peer/init_fetch.py)."""
     where = init_folder(manifest.init, opts.local.init_from, opts.data_dir)
     if where is None:
@@ -139,9 +140,9 @@ async def _fetch_init(temp: P2PHost, peer: ID, manifest: RunManifest,
     try:
         fetched = await fetch_init_files(temp, peer, manifest.init, folder)
     except InitFetchError as exc:
-        FetchedInit(folder, temporary).remove_if_temporary()
+        FetchedFolder(folder, temporary).remove_if_temporary()
         raise PeerError(str(exc)) from exc
-    return FetchedInit(folder, temporary, fetched)
+    return FetchedFolder(folder, temporary, fetched)
 
 
 def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunManifest, *, self_id: str,
