@@ -59,6 +59,7 @@ def test_two_peers_train_in_lockstep_on_their_own_copies(prepared: Prepared, tmp
     b = Trainer(manifest, "peer-b", LocalSettings(data_path=copy_dataset(prepared.folder, tmp_path / "b")))
     assert a.model.embed.shape[0] == b.model.embed.shape[0] == 8000
     assert a.weights_hash == b.weights_hash
+    before = a.heldout_loss()
     losses = []
     for step in range(6):
         done = {t.peer_id: t.compute(step) for t in (a, b)}
@@ -67,7 +68,9 @@ def test_two_peers_train_in_lockstep_on_their_own_copies(prepared: Prepared, tmp
         payloads = {pid: a.decode(d.data, pid, step) for pid, d in done.items() if d.data is not None}
         assert a.apply(step, payloads) == b.apply(step, payloads)
     assert abs(losses[0] - math.log(8000)) < 1.0  # an untrained model over 8000 ids
-    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    # It learns: the loss on one fixed batch falls (the training losses of six different batches of 4
+    # sequences are too noisy to compare: 8.98164 after vs 8.98114 before in one loaded run).
+    assert all(math.isfinite(x) for x in losses) and a.heldout_loss() < before
 
 
 def test_joiner_with_other_data_is_refused_naming_the_hash(prepared: Prepared, tmp_path: Path) -> None:
