@@ -46,10 +46,10 @@ from .errors import (
     PayloadTooLargeError,
     RemoteBusyError,
     TransferError,
-    TransferTimeoutError,
     TransportError,
 )
 from .host import P2PHost
+from .rpc import client_stream
 from .store import DIGEST_BYTES
 from .wire import ShortReadError, read_exactly, reset_quietly, write_reply
 
@@ -216,31 +216,15 @@ def _read_range(path: Path, offset: int, length: int) -> bytes:
 async def fetch_range(host: P2PHost, peer_id: ID, request: BlobRequest, config: BlobConfig) -> bytes:
     """One piece from one holder, bounded by ``attempt_timeout``; typed TransferError on any failure."""
     peer = str(peer_id)
-    stream: INetStream | None = None
-    try:
-        with trio.fail_after(config.attempt_timeout):
-            stream = await host.open_stream(peer_id, BLOB_PROTOCOL)
-            await stream.write(request.encode())
-            status, length = _REPLY_HEADER.unpack(await read_exactly(stream, _REPLY_HEADER.size))
-            if status != BlobStatus.OK:
-                raise _status_error(status, length, peer)
-            if length != request.length:
-                raise MalformedReplyError(f"reply of {length} bytes to a request for {request.length}", peer)
-            body = await read_exactly(stream, length)
-            await stream.close()
-            return body
-    except TransportError:
-        if stream is not None:
-            await reset_quietly(stream)
-        raise
-    except trio.TooSlowError as exc:
-        if stream is not None:
-            await reset_quietly(stream)
-        raise TransferTimeoutError(f"blob piece exceeded {config.attempt_timeout:g}s", peer) from exc
-    except Exception as exc:  # short reads, resets and muxer errors from py-libp2p
-        if stream is not None:
-            await reset_quietly(stream)
-        raise TransferError(f"blob stream failed: {type(exc).__name__}: {exc}", peer) from exc
+    async with client_stream(host, peer_id, BLOB_PROTOCOL, timeout=config.attempt_timeout,
+                             what="blob piece") as stream:
+        await stream.write(request.encode())
+        status, length = _REPLY_HEADER.unpack(await read_exactly(stream, _REPLY_HEADER.size))
+        if status != BlobStatus.OK:
+            raise _status_error(status, length, peer)
+        if length != request.length:
+            raise MalformedReplyError(f"reply of {length} bytes to a request for {request.length}", peer)
+        return await read_exactly(stream, length)
 
 
 def _status_error(status: int, length: int, peer: str) -> TransferError:

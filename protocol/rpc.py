@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from enum import IntEnum
 
 import trio
@@ -92,32 +93,44 @@ async def call(
 ) -> bytes:
     """Send ``request`` and return the OK reply body; typed TransportError on anything else."""
     peer = str(peer_id)
+    async with client_stream(host, peer_id, protocol, timeout=timeout, what=f"{protocol} call") as stream:
+        await stream.write(_REQ.pack(len(request)) + request)
+        status, length = _REPLY.unpack(await read_exactly(stream, _REPLY.size))
+        if status != RpcStatus.OK:
+            raise RpcRefusedError(status, peer)
+        if length > max_reply:
+            raise MalformedReplyError(f"reply of {length} bytes exceeds the cap {max_reply}", peer)
+        return await read_exactly(stream, length)
+
+
+@asynccontextmanager
+async def client_stream(host: P2PHost, peer_id: ID, protocol: TProtocol, *, timeout: float,
+                        what: str) -> AsyncIterator[INetStream]:
+    """A fresh stream for one request/reply exchange, closed after the block, the whole of it bounded by
+    ``timeout``. Whatever goes wrong inside (our typed errors, a timeout, a truncated reply, a reset or any
+    muxer error from py-libp2p) resets the stream and leaves as a typed TransportError naming the peer, so
+    every client of every protocol fails the same way and a caller only ever catches TransportError."""
+    peer = str(peer_id)
     stream: INetStream | None = None
     try:
         with trio.fail_after(timeout):
             stream = await host.open_stream(peer_id, protocol)
-            await stream.write(_REQ.pack(len(request)) + request)
-            status, length = _REPLY.unpack(await read_exactly(stream, _REPLY.size))
-            if status != RpcStatus.OK:
-                raise RpcRefusedError(status, peer)
-            if length > max_reply:
-                raise MalformedReplyError(f"reply of {length} bytes exceeds the cap {max_reply}", peer)
-            body = await read_exactly(stream, length)
+            yield stream
             await stream.close()
-            return body
-    except TransportError:
-        if stream is not None:
-            await reset_quietly(stream)
+    except (TransportError, trio.Cancelled):  # cancelled: a raced fetch lost; the holder stops sending
+        await _abort(stream)
         raise
     except trio.TooSlowError as exc:
-        if stream is not None:
-            await reset_quietly(stream)
-        raise TransferTimeoutError(f"{protocol} call exceeded {timeout:g}s", peer) from exc
+        await _abort(stream)
+        raise TransferTimeoutError(f"{what} exceeded {timeout:g}s", peer) from exc
     except (ShortReadError, StreamEOF) as exc:
-        if stream is not None:
-            await reset_quietly(stream)
+        await _abort(stream)
         raise MalformedReplyError(f"truncated reply: {exc!r}", peer) from exc
     except Exception as exc:  # stream resets and muxer errors from py-libp2p
-        if stream is not None:
-            await reset_quietly(stream)
-        raise TransferError(f"{protocol} stream failed: {type(exc).__name__}: {exc}", peer) from exc
+        await _abort(stream)
+        raise TransferError(f"{what} stream failed: {type(exc).__name__}: {exc}", peer) from exc
+
+
+async def _abort(stream: INetStream | None) -> None:
+    if stream is not None:
+        await reset_quietly(stream)

@@ -26,7 +26,6 @@ from typing import Protocol
 import trio
 from libp2p.abc import INetStream
 from libp2p.custom_types import TProtocol
-from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.peer.id import ID
 
 from .errors import (
@@ -38,11 +37,10 @@ from .errors import (
     PayloadTooLargeError,
     RemoteBusyError,
     StoreError,
-    TransferError,
-    TransferTimeoutError,
     TransportError,
 )
 from .host import P2PHost
+from .rpc import client_stream
 from .store import DIGEST_BYTES, PayloadStore
 from .wire import READ_CHUNK, ShortReadError, read_exactly, reset_quietly, write_reply
 
@@ -214,34 +212,18 @@ async def fetch_from(
     cap = cfg.max_payload_bytes
     if expected_size is not None and not 0 <= expected_size <= cap:
         raise PayloadTooLargeError(f"announced size {expected_size} is outside 0..{cap}", peer)
-    stream: INetStream | None = None
-    try:
-        with trio.fail_after(cfg.attempt_timeout):
-            stream = await host.open_stream(peer_id, PAYLOAD_PROTOCOL)
-            await stream.write(request.encode())
-            status, length = _REPLY_HEADER.unpack(await read_exactly(stream, _REPLY_HEADER.size))
-            _check_status(status, length, peer)
-            if length > cap:
-                raise PayloadTooLargeError(f"reply announces {length} bytes, cap is {cap}", peer)
-            if expected_size is not None and length != expected_size:
-                raise MalformedReplyError(f"reply length {length} != announced {expected_size}", peer)
-            if answered is not None:
-                answered.set()
-            data = await _read_body(stream, length, request.payload_hash, peer)
-            await stream.close()
-            return data
-    except TransportError:
-        await _abort(stream)
-        raise
-    except trio.TooSlowError as exc:
-        await _abort(stream)
-        raise TransferTimeoutError(f"attempt exceeded {cfg.attempt_timeout:g}s", peer) from exc
-    except (ShortReadError, StreamEOF) as exc:
-        await _abort(stream)
-        raise MalformedReplyError(f"truncated reply: {exc!r}", peer) from exc
-    except Exception as exc:  # StreamReset / StreamEOF / muxer errors from py-libp2p
-        await _abort(stream)
-        raise TransferError(f"stream failed: {type(exc).__name__}: {exc}", peer) from exc
+    async with client_stream(host, peer_id, PAYLOAD_PROTOCOL, timeout=cfg.attempt_timeout,
+                             what="payload attempt") as stream:
+        await stream.write(request.encode())
+        status, length = _REPLY_HEADER.unpack(await read_exactly(stream, _REPLY_HEADER.size))
+        _check_status(status, length, peer)
+        if length > cap:
+            raise PayloadTooLargeError(f"reply announces {length} bytes, cap is {cap}", peer)
+        if expected_size is not None and length != expected_size:
+            raise MalformedReplyError(f"reply length {length} != announced {expected_size}", peer)
+        if answered is not None:
+            answered.set()
+        return await _read_body(stream, length, request.payload_hash, peer)
 
 
 def _check_status(status: int, length: int, peer: str) -> None:
@@ -277,11 +259,6 @@ async def _read_body(stream: INetStream, length: int, want: bytes, peer: str) ->
         raise HashMismatchError(f"body hashes to {digest.hexdigest()[:16]}, wanted {want.hex()[:16]}", peer)
     view.release()
     return bytes(buf)
-
-
-async def _abort(stream: INetStream | None) -> None:
-    if stream is not None:
-        await reset_quietly(stream)
 
 
 def order_holders(own_id: ID, payload_hash: bytes, holders: Iterable[ID]) -> list[ID]:
