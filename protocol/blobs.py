@@ -51,7 +51,7 @@ from .errors import (
 from .host import P2PHost
 from .rpc import client_stream
 from .store import DIGEST_BYTES
-from .wire import ShortReadError, read_exactly, reset_quietly, write_reply
+from .wire import ShortReadError, read_exactly, reply_within, reset_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -188,20 +188,17 @@ class BlobServer:
             return
         try:
             body = await trio.to_thread.run_sync(_read_range, path, request.offset, request.length)
-            with trio.fail_after(self.config.attempt_timeout):
-                await write_reply(stream, _REPLY_HEADER.pack(BlobStatus.OK, len(body)), body)
-            self.served_bytes += len(body)
-        except (OSError, trio.TooSlowError) as exc:
+            if await reply_within(stream, self.config.attempt_timeout,
+                                  _REPLY_HEADER.pack(BlobStatus.OK, len(body)), body):
+                self.served_bytes += len(body)
+        except OSError as exc:
             logger.debug("blob range for %s not served: %r", peer, exc)
             await reset_quietly(stream)
         finally:
             self._uploads.release()
 
     async def _status(self, stream: INetStream, status: BlobStatus) -> None:
-        with trio.move_on_after(self.config.request_timeout) as scope:
-            await write_reply(stream, _REPLY_HEADER.pack(status, 0))
-        if scope.cancelled_caught:
-            await reset_quietly(stream)
+        await reply_within(stream, self.config.request_timeout, _REPLY_HEADER.pack(status, 0))
 
 
 def _read_range(path: Path, offset: int, length: int) -> bytes:

@@ -25,7 +25,7 @@ from libp2p.peer.id import ID
 
 from .errors import MalformedReplyError, TransferError, TransferTimeoutError, TransportError
 from .host import P2PHost
-from .wire import ShortReadError, read_exactly, reset_quietly, write_reply
+from .wire import ShortReadError, read_exactly, reply_within, reset_quietly, write_reply
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +76,8 @@ def install_rpc(
         except Exception as exc:
             logger.warning("%s handler failed for %s: %r", protocol, remote, exc)
             status, reply = RpcStatus.ERROR, b""
-        with trio.move_on_after(timeout) as scope:
-            await _reply(stream, status, reply if status == RpcStatus.OK else b"")
-        if scope.cancelled_caught:
-            await reset_quietly(stream)
+        body_out = reply if status == RpcStatus.OK else b""
+        await reply_within(stream, timeout, _REPLY.pack(int(status), len(body_out)), body_out)
 
     host.set_handler(protocol, serve)
 

@@ -42,7 +42,7 @@ from .errors import (
 from .host import P2PHost
 from .rpc import client_stream
 from .store import DIGEST_BYTES, PayloadStore
-from .wire import READ_CHUNK, ShortReadError, read_exactly, reset_quietly, write_reply
+from .wire import READ_CHUNK, ShortReadError, read_exactly, reply_within, reset_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -181,19 +181,14 @@ class PayloadServer:
             await self._reply_status(stream, Status.BUSY)
             return
         try:
-            with trio.fail_after(self.config.serve_timeout):
-                await write_reply(stream, _REPLY_HEADER.pack(Status.OK, len(data)), data)
-            self.served += 1
-        except trio.TooSlowError:
-            await reset_quietly(stream)
+            if await reply_within(stream, self.config.serve_timeout, _REPLY_HEADER.pack(Status.OK, len(data)),
+                                  data):
+                self.served += 1
         finally:
             self._uploads.release()
 
     async def _reply_status(self, stream: INetStream, status: Status) -> None:
-        with trio.move_on_after(self.config.request_timeout) as scope:
-            await write_reply(stream, _REPLY_HEADER.pack(status, 0))
-        if scope.cancelled_caught:
-            await reset_quietly(stream)
+        await reply_within(stream, self.config.request_timeout, _REPLY_HEADER.pack(status, 0))
 
 
 async def fetch_from(

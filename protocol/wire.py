@@ -85,3 +85,18 @@ async def write_reply(stream: ByteWriter, header: bytes, body: bytes = b"") -> N
     for offset in range(0, len(body), WRITE_CHUNK):
         await stream.write(bytes(view[offset : offset + WRITE_CHUNK]))
     await stream.close()
+
+
+class ReplyStream(ByteWriter, Resettable, Protocol):
+    pass
+
+
+async def reply_within(stream: ReplyStream, timeout: float, header: bytes, body: bytes = b"") -> bool:
+    """:func:`write_reply` bounded by ``timeout``; a reader that does not take it in time has the stream
+    reset (a stalled or hostile reader never holds a server task). Returns whether the reply went out."""
+    with trio.move_on_after(timeout) as scope:
+        await write_reply(stream, header, body)
+    if scope.cancelled_caught:
+        await reset_quietly(stream)
+        return False
+    return True
