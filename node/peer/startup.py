@@ -6,7 +6,9 @@ joiners sync from the swarm, at genesis or mid-run.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import trio
 from distro_node.node.checkpoint.store import CheckpointStore
@@ -117,31 +119,32 @@ async def _from_bootstrap(temp: P2PHost, peer: ID, opts: PeerOptions
 async def _fetch_data_head(temp: P2PHost, peer: ID, manifest: RunManifest,
                            opts: PeerOptions) -> FetchedFolder | None:
     """data.json, the tokenizer and the index for a joiner without the run's prepared dataset; else None."""
-    where = fetch_folder(manifest.data, opts.local.data_path, opts.data_dir)
-    if where is None:
-        return None
-    folder, temporary = where
-    try:
-        fetched = await fetch_head(temp, peer, manifest.data, folder)
-    except (TransportError, LocalSetupError) as exc:
-        FetchedFolder(folder, temporary).remove_if_temporary()
-        raise PeerError(f"cannot get the run's data.json, tokenizer and document index from {peer}: "
-                        f"{exc}") from exc
-    return FetchedFolder(folder, temporary, fetched)
+    return await _fetch_into(
+        fetch_folder(manifest.data, opts.local.data_path, opts.data_dir),
+        lambda folder: fetch_head(temp, peer, manifest.data, folder), (TransportError, LocalSetupError),
+        f"cannot get the run's data.json, tokenizer and document index from {peer}: ")
 
 
 async def _fetch_init(temp: P2PHost, peer: ID, manifest: RunManifest,
                       opts: PeerOptions) -> FetchedFolder | None:
     """The imported checkpoint's files for a joiner without ``--init-from`` (node/peer/init_fetch.py)."""
-    where = init_folder(manifest.init, opts.local.init_from, opts.data_dir)
+    return await _fetch_into(
+        init_folder(manifest.init, opts.local.init_from, opts.data_dir),
+        lambda folder: fetch_init_files(temp, peer, manifest.init, folder), (InitFetchError,), "")
+
+
+async def _fetch_into(where: tuple[Path, bool] | None, fetch: Callable[[Path], Awaitable[int]],
+                      errors: tuple[type[Exception], ...], prefix: str) -> FetchedFolder | None:
+    """Run ``fetch`` into the folder ``where`` names (None: nothing to fetch); on failure a temporary folder
+    is removed and the error becomes a PeerError (``prefix`` + its text)."""
     if where is None:
         return None
     folder, temporary = where
     try:
-        fetched = await fetch_init_files(temp, peer, manifest.init, folder)
-    except InitFetchError as exc:
+        fetched = await fetch(folder)
+    except errors as exc:
         FetchedFolder(folder, temporary).remove_if_temporary()
-        raise PeerError(str(exc)) from exc
+        raise PeerError(f"{prefix}{exc}") from exc
     return FetchedFolder(folder, temporary, fetched)
 
 
