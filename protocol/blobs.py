@@ -42,15 +42,14 @@ from .errors import (
     FetchFailedError,
     HashMismatchError,
     MalformedReplyError,
-    PayloadNotFoundError,
     PayloadTooLargeError,
-    RemoteBusyError,
     TransferError,
     TransportError,
 )
 from .host import P2PHost
 from .rpc import client_stream
 from .store import DIGEST_BYTES
+from .transfer import status_error
 from .wire import ShortReadError, read_exactly, reply_within, reset_quietly
 
 logger = logging.getLogger(__name__)
@@ -225,17 +224,9 @@ async def fetch_range(host: P2PHost, peer_id: ID, request: BlobRequest, config: 
 
 
 def _status_error(status: int, length: int, peer: str) -> TransferError:
-    if length != 0:
-        return MalformedReplyError(f"status {status} with a {length}-byte body", peer)
-    if status == BlobStatus.NOT_FOUND:
-        return PayloadNotFoundError("holder does not have the blob", peer)
-    if status == BlobStatus.BUSY:
-        return RemoteBusyError("holder is at its upload limit", peer)
-    if status == BlobStatus.REFUSED:
+    if status == BlobStatus.REFUSED and length == 0:
         return TransferError("holder does not serve us (not a member of its run)", peer)
-    if status == BlobStatus.BAD_REQUEST:
-        return MalformedReplyError("holder rejected our request as malformed", peer)
-    return MalformedReplyError(f"unknown status byte {status}", peer)
+    return status_error(status, length, peer, "blob") or MalformedReplyError(f"status {status}", peer)
 
 
 class BlobFetchFailedError(FetchFailedError):

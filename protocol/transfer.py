@@ -37,6 +37,7 @@ from .errors import (
     PayloadTooLargeError,
     RemoteBusyError,
     StoreError,
+    TransferError,
     TransportError,
 )
 from .host import P2PHost
@@ -222,17 +223,24 @@ async def fetch_from(
 
 
 def _check_status(status: int, length: int, peer: str) -> None:
+    error = status_error(status, length, peer, "payload")
+    if error is not None:
+        raise error
+
+
+def status_error(status: int, length: int, peer: str, thing: str) -> TransferError | None:
+    """The typed error for a reply status shared by the payload and blob protocols (None for OK)."""
     if status == Status.OK:
-        return
+        return None
     if length != 0:
-        raise MalformedReplyError(f"status {status} with a {length}-byte body", peer)
+        return MalformedReplyError(f"status {status} with a {length}-byte body", peer)
     if status == Status.NOT_FOUND:
-        raise PayloadNotFoundError("holder does not have the payload", peer)
+        return PayloadNotFoundError(f"holder does not have the {thing}", peer)
     if status == Status.BUSY:
-        raise RemoteBusyError("holder is at its upload limit", peer)
+        return RemoteBusyError("holder is at its upload limit", peer)
     if status == Status.BAD_REQUEST:
-        raise MalformedReplyError("holder rejected our request as malformed", peer)
-    raise MalformedReplyError(f"unknown status byte {status}", peer)
+        return MalformedReplyError("holder rejected our request as malformed", peer)
+    return MalformedReplyError(f"unknown status byte {status}", peer)
 
 
 async def _read_body(stream: INetStream, length: int, want: bytes, peer: str) -> bytes:
