@@ -193,6 +193,8 @@ class DataFeed:
         if not faulty:
             return
         blob = self._cache.blobs[index]
+        if self._metrics is not None:  # counted before the event, so a reader of the event finds the count
+            self._metrics.faulty(len(faulty))
         for peer in faulty:
             self._faulty.add(peer)
             logger.warning("peer %s served bytes of %s that fail its sha256; not asked again", peer,
@@ -200,8 +202,6 @@ class DataFeed:
             self._out.emit("blob_faulty", f"peer {peer[-8:]} served bytes of {blob.file} that fail its "
                            "sha256: rejected, fetching from another peer", peer=peer, shard=index,
                            file=blob.file)
-        if self._metrics is not None:
-            self._metrics.faulty(len(faulty))
 
 
 __all__ = ["AHEAD_STEPS", "WAIT_TIMEOUT", "DataFeed", "DataWaitError"]

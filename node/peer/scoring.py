@@ -52,6 +52,9 @@ class RoundScorer:
         if scored.bans:
             banned = [b.peer for b in scored.bans]
             self._driver.feed(lambda m, now: m.on_banned(banned, s + 1, now))
+        # Metrics first: a reader that sees the ban event must find it counted on /metrics too.
+        if self._telemetry is not None:
+            self._telemetry.round_scored(scored, self._bans.keeper.lowest_score())
         for ban in scored.bans:
             is_self = ban.peer == self._self_id
             who = "this peer" if is_self else f"peer {ban.peer[-8:]}"
@@ -61,6 +64,4 @@ class RoundScorer:
                            score=round(ban.score, 4), from_step=ban.step + 1, is_self=is_self)
             if not is_self:
                 self._nursery.start_soon(self._host.block, ID.from_base58(ban.peer))
-        if self._telemetry is not None:
-            self._telemetry.round_scored(scored, self._bans.keeper.lowest_score())
         return scored
