@@ -29,7 +29,6 @@ from libp2p.peer.peerinfo import PeerInfo
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
-from libp2p.stream_muxer.yamux.yamux import Yamux
 from multiaddr import Multiaddr
 
 from .addrs import parse_multiaddr, split_peer_addr, with_peer_id
@@ -38,6 +37,7 @@ from .discovery import PeerDiscovery
 from .errors import BadMultiaddrError, DialError, ProtocolNotSpokenError
 from .host_config import HostConfig
 from .identity import peer_id_of
+from .muxer_guard import GuardedYamux, install_muxer_guard
 from .peer_exchange import PX_PROTOCOL, PeerBook
 from .wire import reset_quietly
 
@@ -250,11 +250,12 @@ class P2PHost:
 
 
 def _build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
+    install_muxer_guard()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     host = new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: noise},
-        muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): cast(type[IMuxedConn], Yamux)},
+        muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): cast(type[IMuxedConn], GuardedYamux)},
         listen_addrs=listen,
         enable_mDNS=False,
         enable_upnp=False,

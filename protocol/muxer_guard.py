@@ -1,0 +1,93 @@
+"""Yamux with its receive window enforced: a peer that sends past it is cut off, not buffered.
+
+Why: py-libp2p 0.8.1's yamux counts the receive window but does not enforce it. A DATA frame that overruns
+the window is logged ("peer exceeded receive window") and appended to the stream's buffer anyway, so any
+connected host, no membership needed, can make us hold as much as it sends on a stream nobody reads: one
+stream pushing 1 GiB took a node from 320 MB to 1,356 MB RSS. (Reported upstream as a py-libp2p yamux
+issue; see docs/architecture.md.)
+
+How: :class:`GuardedYamux` keeps each stream's unread bytes in a :class:`CappedBuffer`. An honest sender
+never has more than the window in flight (16 MiB at most, yamux's largest), so a buffer may hold
+``per_stream`` bytes and all of a connection's buffers ``per_connection``; the frame that would pass either
+is refused by raising ``trio.TooSlowError``, which yamux's reader answers by closing the whole connection
+(its handling of a stalled frame body). Closing the connection rather than one stream is deliberate: the
+sender broke the protocol, and nothing it sends on that connection can be trusted to be paced.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+from libp2p.stream_muxer import muxer_multistream
+from libp2p.stream_muxer.yamux.yamux import MAX_WINDOW_SIZE, Yamux
+
+logger = logging.getLogger(__name__)
+
+PER_STREAM_BYTES = 2 * MAX_WINDOW_SIZE  # twice what any honest sender may have in flight
+PER_CONNECTION_BYTES = 4 * MAX_WINDOW_SIZE
+
+
+class BufferOverrun(trio.TooSlowError):
+    """A peer sent more unread bytes than the caps allow; yamux closes the connection on this type."""
+
+
+class CappedBuffer(bytearray):
+    def __init__(self, owner: GuardedBuffers) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def extend(self, data: Any) -> None:
+        owner, size = self._owner, len(data)
+        if len(self) + size > owner.per_stream or owner.total() + size > owner.per_connection:
+            owner.overrun(len(self) + size)
+        super().extend(data)
+
+
+class GuardedBuffers(dict[int, bytearray]):
+    """Yamux's ``stream_buffers``: every buffer it creates becomes a :class:`CappedBuffer`."""
+
+    def __init__(self, peer: object, per_stream: int, per_connection: int) -> None:
+        super().__init__()
+        self.peer = peer
+        self.per_stream = per_stream
+        self.per_connection = per_connection
+        self.overruns = 0
+
+    def __setitem__(self, key: int, value: bytearray) -> None:
+        buffer = CappedBuffer(self)
+        if value:
+            buffer.extend(value)
+        super().__setitem__(key, buffer)
+
+    def total(self) -> int:
+        return sum(len(b) for b in self.values())
+
+    def overrun(self, size: int) -> None:
+        self.overruns += 1
+        logger.warning("peer %s sent past yamux's receive window (%d unread bytes on a stream, caps %d per "
+                       "stream and %d per connection): closing the connection", self.peer, size,
+                       self.per_stream, self.per_connection)
+        raise BufferOverrun()
+
+
+class GuardedYamux(Yamux):
+    """py-libp2p's Yamux with :class:`GuardedBuffers`; used by every host of ours (protocol/host.py)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stream_buffers = GuardedBuffers(self.peer_id, PER_STREAM_BYTES, PER_CONNECTION_BYTES)
+
+
+def install_muxer_guard() -> None:
+    """Make every yamux connection of this process a :class:`GuardedYamux`.
+
+    Why a rebinding: py-libp2p 0.8.1 builds yamux connections by the name ``Yamux`` in
+    ``muxer_multistream.new_conn``, ignoring the class given in ``new_host(muxer_opt=...)``. Idempotent.
+    """
+    setattr(muxer_multistream, "Yamux", GuardedYamux)  # noqa: B010 (rebinding py-libp2p's name, see above)
+
+
+__all__ = ["PER_CONNECTION_BYTES", "PER_STREAM_BYTES", "BufferOverrun", "CappedBuffer", "GuardedBuffers",
+           "GuardedYamux", "install_muxer_guard"]

@@ -1,0 +1,63 @@
+"""A peer that sends past yamux's receive window is cut off, not buffered (protocol/muxer_guard.py).
+
+The attacker is a real host of ours whose stream ignores the window it was given (its send window is set
+far above what the receiver granted), writing to a protocol whose handler never reads: what py-libp2p 0.8.1
+alone would have buffered without limit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from distro_node.protocol.host import open_host
+from distro_node.protocol.muxer_guard import PER_STREAM_BYTES, GuardedBuffers
+from distro_node.protocol.testing import NO_PX_LOOP, WAIT
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.network.stream.net_stream import INetStream
+
+pytestmark = pytest.mark.network
+
+SINK = TProtocol("/distro-test/sink/1.0.0")
+CHUNK = 1 << 20
+
+
+def test_a_stream_pushed_past_the_window_closes_the_connection_within_the_cap() -> None:
+    async def body() -> None:
+        held = trio.Event()
+
+        async def never_reads(stream: INetStream) -> None:
+            held.set()
+            await trio.sleep_forever()
+
+        async with (
+            open_host(create_new_key_pair(), NO_PX_LOOP) as victim,
+            open_host(create_new_key_pair(), NO_PX_LOOP) as attacker,
+        ):
+            victim.libp2p.set_stream_handler(SINK, never_reads)
+            with trio.fail_after(WAIT):
+                await attacker.dial(str(victim.addrs()[0]))
+                stream = await attacker.open_stream(victim.peer_id, SINK)
+                await stream.write(b"x")
+                await held.wait()
+            conn = next(iter(victim.libp2p.get_network().get_connections(attacker.peer_id))).muxed_conn
+            buffers = conn.stream_buffers  # type: ignore[attr-defined]
+            assert isinstance(buffers, GuardedBuffers), (type(conn), type(buffers))
+            lost = victim.lost_peers()
+            stream.muxed_stream.send_window = 1 << 40  # type: ignore[attr-defined]
+            sent = 0
+            with trio.move_on_after(60):
+                try:
+                    while sent < 4 * PER_STREAM_BYTES:  # bounded: twice what the cap lets through
+                        await stream.write(b"y" * CHUNK)
+                        sent += CHUNK
+                        await trio.sleep(0)
+                except Exception:  # the victim closed the connection under us: what we want
+                    pass
+            with trio.fail_after(WAIT):
+                assert await lost.receive() == attacker.peer_id
+            assert buffers.overruns >= 1
+            assert buffers.total() <= PER_STREAM_BYTES
+            assert sent <= 2 * PER_STREAM_BYTES  # cut off near the cap, not after everything was sent
+
+    trio.run(body)
