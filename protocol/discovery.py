@@ -129,7 +129,7 @@ class PeerDiscovery:
         except BaseException:
             await reset_quietly(stream)
             raise
-        return host.peer_book.add_peer_addrs(reply)
+        return host.peer_book.add_peer_addrs(reply, source=peer_id)
 
     async def discover(self) -> None:
         """Ask a few connected peers for their peers and dial the new ones, then redial known peers we lost

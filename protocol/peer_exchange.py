@@ -68,6 +68,11 @@ class PeerBook:
     Kept by us rather than read from the libp2p peerstore because 0.8.1 stores addresses with a TTL (120 s
     on ``connect``) and mixes in observed ephemeral addresses; we want exactly what peers say they listen on,
     bounded, least-recently-updated evicted first.
+
+    Whose word counts: addresses a peer gave for itself, or that we dialed it on, are *confirmed*; addresses
+    a peer-exchange reply gives for third parties are *hearsay*. Hearsay never replaces a confirmed entry
+    and is evicted before any confirmed one, so a lying peer can neither point us away from an honest peer
+    nor push honest peers out of a full book by naming thousands of made-up ones.
     """
 
     def __init__(self, own_id: ID, max_peers: int = 1024, max_addrs_per_peer: int = MAX_SELF_ADDRS) -> None:
@@ -75,9 +80,11 @@ class PeerBook:
         self._max_peers = max_peers
         self._max_addrs = max_addrs_per_peer
         self._book: OrderedDict[ID, tuple[Multiaddr, ...]] = OrderedDict()
+        self._confirmed: set[ID] = set()
 
-    def add(self, peer_id: ID, transports: Iterable[Multiaddr]) -> None:
-        if peer_id == self._own_id:
+    def add(self, peer_id: ID, transports: Iterable[Multiaddr], *, hearsay: bool = False) -> None:
+        """Addresses for ``peer_id``: its own word or a dial that worked, unless ``hearsay``."""
+        if peer_id == self._own_id or (hearsay and peer_id in self._confirmed):
             return
         fresh: list[Multiaddr] = []
         for addr in transports:
@@ -89,11 +96,15 @@ class PeerBook:
             return
         self._book[peer_id] = tuple(fresh)
         self._book.move_to_end(peer_id)
+        if not hearsay:
+            self._confirmed.add(peer_id)
         while len(self._book) > self._max_peers:
-            self._book.popitem(last=False)
+            victim = next((p for p in self._book if p not in self._confirmed), next(iter(self._book)))
+            self.forget(victim)
 
-    def add_peer_addrs(self, addrs: Iterable[Multiaddr]) -> list[ID]:
-        """Add ``.../p2p/<id>`` addresses (as received in a reply); returns the peer ids seen."""
+    def add_peer_addrs(self, addrs: Iterable[Multiaddr], source: ID | None = None) -> list[ID]:
+        """Add ``.../p2p/<id>`` addresses (as received in a reply from ``source``: its own are confirmed,
+        the rest hearsay); returns the peer ids seen."""
         grouped: dict[ID, list[Multiaddr]] = {}
         for addr in addrs:
             try:
@@ -102,7 +113,7 @@ class PeerBook:
                 continue
             grouped.setdefault(peer_id, []).append(transport)
         for peer_id, transports in grouped.items():
-            self.add(peer_id, transports)
+            self.add(peer_id, transports, hearsay=peer_id != source)
         return [p for p in grouped if p != self._own_id]
 
     def addrs(self, peer_id: ID) -> tuple[Multiaddr, ...]:
@@ -113,6 +124,7 @@ class PeerBook:
 
     def forget(self, peer_id: ID) -> None:
         self._book.pop(peer_id, None)
+        self._confirmed.discard(peer_id)
 
     def __contains__(self, peer_id: object) -> bool:
         return peer_id in self._book
