@@ -249,6 +249,9 @@ class SyncState:
         return cls(next_step=step, roster=Roster.from_dict(data["roster"]))
 
 
+GOODBYE_LOOKAHEAD = 1
+
+
 class LivenessView:
     """Local, bounded memory of when each peer was last heard from, how far it got, and who said goodbye.
 
@@ -266,6 +269,7 @@ class LivenessView:
         self._lost: set[str] = set()  # our last connection to the peer closed and nothing was heard since
         self.evicted = 0
         self.refused = 0
+        self.stale_goodbyes = 0
 
     def __len__(self) -> int:
         return len(self._last_seen)
@@ -289,6 +293,15 @@ class LivenessView:
         return True
 
     def goodbye(self, peer_id: str, now: float, step: int, protected: Collection[str]) -> None:
+        """A goodbye from ``step`` on, unless the peer was since heard from further on: then it is an old
+        goodbye replayed (a signed message stays valid forever, and py-libp2p forgets the ids it has seen
+        after 120 s), and would make us stop counting a peer that is back. An honest peer is at most
+        ``GOODBYE_LOOKAHEAD`` steps ahead of the step it leaves from (an overlapped peer announces the next
+        step while the current one is decided)."""
+        seen = self._step.get(peer_id)
+        if seen is not None and seen > step + GOODBYE_LOOKAHEAD:
+            self.stale_goodbyes += 1
+            return
         if peer_id not in self._last_seen and not self._make_room(protected):
             self.refused += 1
             return

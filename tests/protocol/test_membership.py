@@ -136,6 +136,18 @@ def test_liveness_tracks_last_seen_and_progress() -> None:
     assert view.highest_step("zz") is None and not view.is_alive("zz", 0.0, 1.0)
 
 
+def test_a_replayed_old_goodbye_does_not_take_a_returned_peer_out() -> None:
+    view = LivenessView(8)
+    view.goodbye("a", 1.0, step=5, protected=())
+    view.observe("a", 9.0, 8, protected=())  # back, and three steps on
+    assert not view.has_left("a")
+    view.goodbye("a", 10.0, step=5, protected=())  # the old signed goodbye, replayed
+    assert not view.has_left("a") and view.stale_goodbyes == 1 and view.last_seen("a") == 9.0
+    view.observe("a", 11.0, 9, protected=())  # an overlapped peer announces one step ahead of its goodbye
+    view.goodbye("a", 11.5, step=8, protected=())
+    assert view.has_left("a")
+
+
 def test_goodbye_stands_against_late_messages_and_is_undone_by_a_rejoin() -> None:
     view = LivenessView(max_tracked=10)
     view.observe("a", 1.0, 4, protected=())
