@@ -3,7 +3,8 @@
 Two readers: state sync counts the peers whose announcement of a step carried a snapshot's weights hash
 (each announcement is signed, so each peer vouches once), and the step report splits a round's time into
 waiting for the slowest peer's compute (its announcement) and the exchange after it. Bounded to the last
-``ANNOUNCE_MEMORY`` steps.
+``ANNOUNCE_MEMORY`` steps, one announcement per peer and step (a second one is equivocation, and remembering
+it let one peer grow a step's memory with every message it sent), and ``MAX_PEERS_PER_STEP`` peers a step.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from distro_node.protocol.messages import Announcement
 
 ANNOUNCE_MEMORY = 64  # steps of announcements remembered for verifying a donor's weights hash
+MAX_PEERS_PER_STEP = 1024  # the largest inclusion list (protocol/message_fields.py MAX_LIST_PEERS)
 
 
 class AnnouncementLog:
@@ -23,6 +25,9 @@ class AnnouncementLog:
         self._arrived: OrderedDict[int, dict[str, float]] = OrderedDict()
 
     def remember(self, ann: Announcement, now: float) -> None:
+        arrived = self._arrived.get(ann.step, {})
+        if ann.peer_id in arrived or len(arrived) >= MAX_PEERS_PER_STEP:
+            return
         by_hash = self._by_hash.setdefault(ann.step, {})
         by_hash.setdefault(ann.weights_hash, set()).add(ann.peer_id)
         self._arrived.setdefault(ann.step, {}).setdefault(ann.peer_id, now)

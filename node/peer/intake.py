@@ -37,6 +37,7 @@ from .output import Output
 logger = logging.getLogger(__name__)
 
 BUFFER_MESSAGES = 4096  # gossip held while we sync state, replayed into the machine afterwards
+HEARD_CAP = 4096  # authors remembered for startup's "heard from every genesis peer" (made-up ids are free)
 DECODED_CAPACITY = 4096  # validated messages awaiting delivery (the queues between hold about 1 100)
 
 
@@ -120,6 +121,12 @@ class GossipIntake:
         self._heard: set[str] = set()
         self._holding = True
 
+    def _may_remember(self, step: int) -> bool:
+        """Announcements far beyond the steps our machine admits are not remembered: the log keeps a fixed
+        number of steps, and a peer announcing made-up future steps would push the real ones out."""
+        m = self._driver.machine
+        return m is None or step <= m.next_step + m.config.max_future_steps
+
     def heard_all(self, peers: set[str]) -> bool:
         """Whether gossip from every one of ``peers`` reached us."""
         return peers <= self._heard
@@ -143,8 +150,9 @@ class GossipIntake:
             except CodecError as exc:
                 logger.debug("dropping gossip from %s: %s", item.sender, exc)
                 continue
-            self._heard.add(author_of(msg))
-            if isinstance(msg, Announcement):
+            if len(self._heard) < HEARD_CAP:
+                self._heard.add(author_of(msg))
+            if isinstance(msg, Announcement) and self._may_remember(msg.step):
                 self._announcements.remember(msg, trio.current_time())
             if self._holding or self._driver.machine is None:
                 self._buffer.append(msg)

@@ -94,8 +94,17 @@ class SnapshotDesk:
         cohort = self._cohort
         if cohort is not None and not cohort.complete:
             return await cohort.answer(str(requester)) if genesis else None
-        if self._driver.machine is None or self._resync.replacing:
+        m = self._driver.machine
+        if m is None or self._resync.replacing:
             return None  # replacing our own state: nothing worth cutting (the asker tries others)
+        latest = self._latest
+        if (latest is not None and latest.meta.step == m.next_apply_step
+                and latest.meta.weights_hash == self._trainer.weights_hash):
+            # Nothing applied (nor loaded by a resync) since the last cut: it describes our weights exactly,
+            # so every asker gets it.
+            # Cutting (serializing and hashing the whole state) once per request let any connected host
+            # make us do that work as often as it liked.
+            return latest
         self._requested = True
         ready = self._ready
         self._changes.bump()

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -102,7 +103,10 @@ def _donor_candidates(ctx: SyncContext, first: ID | None) -> list[ID]:
     as we are and hold their answer until a step boundary they cannot reach, and a sync waits for every
     donor it asked: one such donor cost each attempt ~30 s."""
     m = ctx.round_view()
-    peers = sorted(ctx.host.member_peers(), key=str)
+    # Shuffled, never sorted by id: ids cost nothing to grind, and a fixed order would let a made-up id
+    # take the donor slots of every joiner.
+    peers = list(ctx.host.member_peers())
+    random.SystemRandom().shuffle(peers)
     if m is not None:
         steps = {p: m.liveness.highest_step(str(p)) for p in peers}
         known = [h for h in steps.values() if h is not None]
