@@ -4,14 +4,16 @@ Gossip carries only the small signed messages of the round protocol (announcemen
 statuses, heartbeats, goodbyes). The encoding is a msgpack array ``[CODEC_VERSION, message.to_dict()]``: the
 dict's ``kind`` field is the type tag and :func:`.messages.message_from_dict` the strict door for its fields.
 
-Peer bytes are unpacked with every msgpack cap set from the 4 KiB gossip limit (buffer, bin, str, array,
+Peer bytes are unpacked with every msgpack cap set from the 16 KiB gossip limit (buffer, bin, str, array,
 map), ``strict_map_key`` and an ``ext_hook`` that refuses extension types, and a fresh unpack per call (no
 shared ``Unpacker`` that a failure could leave in a bad state). Every failure is a :class:`CodecError` with
 a bounded ``reason``.
 
 Authorship: libp2p's strict signing proves who *published* a message (``from_id``); :func:`check_author`
 then requires that the peer the message speaks for (announcer, leader, voter) is that signer, so a peer can
-never vote, propose or say goodbye in another peer's name.
+never vote, propose or say goodbye in another peer's name. Payload authorship is signed apart from that
+(protocol/authorship.py): every announcement, list entry and equivocation proof must carry its author's
+signature, so a leader cannot put words in an honest peer's mouth.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import msgpack
 
+from .authorship import forged_part
 from .gossip import MAX_ANNOUNCEMENT_BYTES
 from .messages import (
     Announcement,
@@ -33,26 +36,33 @@ from .messages import (
     message_from_dict,
 )
 
-CODEC_VERSION = 1
-# An inclusion list holds at most 1024 (peer, hash) pairs by type, but the 4 KiB gossip cap bounds any
+CODEC_VERSION = 2  # 2: payload authorship signatures (announcements, list entries, evidence)
+# An inclusion list holds at most 1024 entries by type, but the 16 KiB gossip cap bounds any
 # honest message far below that; the array cap is one more guard on top of the byte cap.
 _MAX_ARRAY = 1100
 _MAX_MAP = 16
 _MAX_STR = 256
 _MAX_BIN = 64
 
-CODEC_ERROR_REASONS: tuple[str, ...] = ("too_large", "unpack", "envelope", "version", "message", "author")
+CODEC_ERROR_REASONS: tuple[str, ...] = (
+    "too_large", "unpack", "envelope", "version", "message", "author", "signature",
+)
 
 
 class CodecError(ValueError):
-    """Gossip bytes that are not a well-formed message of ours; ``reason`` is a metric-safe label."""
+    """Gossip bytes that are not a well-formed message of ours; ``reason`` is a metric-safe label.
 
-    def __init__(self, reason: str, detail: str) -> None:
+    ``refused`` is the decoded message when only an authorship signature inside it failed: it is still
+    signed by its publisher, so it is evidence against that publisher (a leader that forged list entries).
+    """
+
+    def __init__(self, reason: str, detail: str, refused: Message | None = None) -> None:
         if reason not in CODEC_ERROR_REASONS:
             raise ValueError(f"unknown codec error reason {reason!r}")
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.refused = refused
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
@@ -122,9 +132,14 @@ def check_author(message: Message, signer: str) -> None:
 
 
 def decode_signed(data: bytes, signer: str, run_id: bytes) -> Message:
-    """Decode, bind to the signer and to our run: the full check the gossip validator runs."""
+    """Decode, bind to the signer and to our run, check every payload authorship claim: the full check the
+    gossip validator runs."""
     message = decode_message(data)
     check_author(message, signer)
     if message.run_id != run_id:
         raise CodecError("message", "message for another run")
+    forged = forged_part(message)
+    if forged is not None:
+        raise CodecError("signature", f"{type(message).__name__}: {forged} is not signed by its author",
+                         refused=message)
     return message

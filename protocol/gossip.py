@@ -9,7 +9,7 @@ Facts about py-libp2p 0.8.1 this module is shaped by (checked in the installed s
 - Inbound frames are capped by ``Pubsub(max_inbound_rpc_size=...)`` before the body is read; over-cap frames
   reset the stream. Set explicitly, at 1 MiB: honest peers batch several messages and control data into one
   RPC up to their 1 MiB outbound split size, so a lower cap would make us reset honest peers. Each message
-  inside is then held to our 4 KiB limit by the validator (rejected, not forwarded).
+  inside is then held to our 16 KiB limit by the validator (rejected, not forwarded).
 - Gossipsub's built-in spam guard rejects more than ``max_messages_per_topic_per_second`` (default 10) per
   forwarder, *including our own publishes*, silently. A swarm of N peers relays N announcements per round
   through each forwarder, so we raise the limit; real rate limiting belongs to our peer scoring.
@@ -49,7 +49,9 @@ from .wire import reset_quietly
 
 logger = logging.getLogger(__name__)
 
-MAX_ANNOUNCEMENT_BYTES = 4096
+# An inclusion list entry is about 160 bytes with its author signature (peer id, hash, signature), so 16 KiB
+# holds a list of about 100 peers plus a few equivocation proofs; every other message is under 300 bytes.
+MAX_ANNOUNCEMENT_BYTES = 16 * 1024
 # go-libp2p-pubsub's default and py-libp2p 0.8.1's outbound split size; see module docstring.
 INBOUND_RPC_LIMIT = 1024 * 1024
 # py-libp2p 0.8.1's per-peer outbound queue holds 32 RPCs (OutBoundQueueSize); keep bursts below half of it.

@@ -13,6 +13,7 @@ from typing import Any
 
 HASH_BYTES = 32
 RUN_ID_BYTES = 32
+SIGNATURE_BYTES = 64  # ed25519 (protocol/authorship.py)
 MAX_PEER_ID_CHARS = 128
 MAX_STEP = 2**63 - 1
 # Hard ceiling on an announced payload size; the machine applies its own, smaller, configured cap.
@@ -20,6 +21,8 @@ MAX_PAYLOAD_BYTES = 1 << 30
 # An inclusion list names at most this many peers in each of its three groups; it keeps a list well under
 # the 1 MiB gossip cap (1024 x (52-char id + 32-byte hash) is about 90 KB).
 MAX_LIST_PEERS = 1024
+# Equivocation proofs one inclusion list carries (protocol/evidence.py); more wait for the next list.
+MAX_EVIDENCE = 4
 # Epochs of one step's agreement; a stalled step advances one per leader timeout, so this is plenty.
 MAX_EPOCH = 2**31 - 1
 

@@ -17,15 +17,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .evidence import Equivocation
 from .message_fields import (
     HASH_BYTES,
     MAX_EPOCH,
+    MAX_EVIDENCE,
     MAX_LIST_PEERS,
     MAX_PAYLOAD_BYTES,
     MAX_PEER_ID_CHARS,
     MAX_STEP,
     MESSAGE_ERROR_REASONS,
     RUN_ID_BYTES,
+    SIGNATURE_BYTES,
     MessageError,
     check_bytes,
     check_int,
@@ -46,6 +49,7 @@ __all__ = [
     "MESSAGE_ERROR_REASONS",
     "RUN_ID_BYTES",
     "Announcement",
+    "Equivocation",
     "Goodbye",
     "Heartbeat",
     "InclusionList",
@@ -63,12 +67,13 @@ class Announcement:
     """"I have a payload for ``step``": small enough for gossip; the bytes move on a stream.
 
     ``weights_hash`` is the sender's weights digest when it computed this step, so divergence between
-    replicas shows up within one round.
+    replicas shows up within one round. ``signature`` is the author's signature over (run, step, author,
+    payload hash) (protocol/authorship.py): a leader copies it into its list, where it proves the entry.
     """
 
     KIND: ClassVar[str] = "announcement"
     FIELDS: ClassVar[tuple[str, ...]] = (
-        "run_id", "step", "peer_id", "payload_hash", "payload_size", "weights_hash",
+        "run_id", "step", "peer_id", "payload_hash", "payload_size", "weights_hash", "signature",
     )
 
     run_id: bytes
@@ -77,6 +82,7 @@ class Announcement:
     payload_hash: bytes
     payload_size: int
     weights_hash: bytes
+    signature: bytes
 
     def __post_init__(self) -> None:
         check_bytes("run_id", self.run_id, RUN_ID_BYTES)
@@ -85,6 +91,7 @@ class Announcement:
         check_bytes("payload_hash", self.payload_hash, HASH_BYTES)
         check_int("payload_size", self.payload_size, 1, MAX_PAYLOAD_BYTES)
         check_bytes("weights_hash", self.weights_hash, HASH_BYTES)
+        check_bytes("signature", self.signature, SIGNATURE_BYTES)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
@@ -108,11 +115,15 @@ class InclusionList:
     that announced but are still warming up, ``departed`` names roster peers that said goodbye. Putting them
     in the list makes every replica update its roster identically, which keeps leader ranks and quorums
     identical too.
+
+    ``signatures[i]`` is the author's signature over ``entries[i]`` (protocol/authorship.py), checked at the
+    gossip door, so a leader can only include payloads their authors signed. ``evidence`` carries proofs of
+    equivocation (protocol/evidence.py): every replica that applies the list bans those authors.
     """
 
     KIND: ClassVar[str] = "inclusion_list"
     FIELDS: ClassVar[tuple[str, ...]] = (
-        "run_id", "step", "epoch", "leader", "entries", "warming", "departed",
+        "run_id", "step", "epoch", "leader", "entries", "warming", "departed", "evidence",
     )
 
     run_id: bytes
@@ -122,13 +133,15 @@ class InclusionList:
     entries: tuple[tuple[str, bytes], ...]
     warming: tuple[str, ...] = ()
     departed: tuple[str, ...] = ()
+    signatures: tuple[bytes, ...] = ()
+    evidence: tuple[Equivocation, ...] = ()
 
     def __post_init__(self) -> None:
         check_bytes("run_id", self.run_id, RUN_ID_BYTES)
         check_int("step", self.step, 0, MAX_STEP)
         check_int("epoch", self.epoch, 0, MAX_EPOCH)
         check_peer_id("leader", self.leader)
-        for name in ("entries", "warming", "departed"):
+        for name in ("entries", "warming", "departed", "signatures", "evidence"):
             if type(getattr(self, name)) is not tuple:
                 raise MessageError("type", f"{name} must be a tuple")
             if len(getattr(self, name)) > MAX_LIST_PEERS:
@@ -138,6 +151,15 @@ class InclusionList:
                 raise MessageError("type", f"entries[{i}] must be a (peer_id, payload_hash) pair")
             check_peer_id(f"entries[{i}].peer_id", entry[0])
             check_bytes(f"entries[{i}].payload_hash", entry[1], HASH_BYTES)
+        if len(self.signatures) != len(self.entries):
+            raise MessageError("size", "every entry needs exactly one author signature")
+        for i, signature in enumerate(self.signatures):
+            check_bytes(f"entries[{i}].signature", signature, SIGNATURE_BYTES)
+        if len(self.evidence) > MAX_EVIDENCE:
+            raise MessageError("size", f"evidence has more than {MAX_EVIDENCE} proofs")
+        if not all(isinstance(e, Equivocation) for e in self.evidence):
+            raise MessageError("type", "evidence must hold Equivocation proofs")
+        check_sorted_ids("evidence", tuple(e.peer for e in self.evidence))
         for name in ("warming", "departed"):
             for i, peer in enumerate(getattr(self, name)):
                 check_peer_id(f"{name}[{i}]", peer)
@@ -155,11 +177,11 @@ class InclusionList:
         return tuple(p for p, _ in self.entries)
 
     def digest(self) -> bytes:
-        """Identity of the decided value (not a signature): run, step and the three peer groups.
-
-        Equal digests mean the same aggregation and the same roster update on every replica.
+        """Identity of the decided value (not a signature): run, step, the three peer groups and the
+        equivocators proven. Equal digests mean the same aggregation, roster update and bans on every
+        replica. Entry signatures are proof, not content, so they are left out.
         """
-        h = hashlib.sha256(b"distro-node/inclusion-list/v1\0")
+        h = hashlib.sha256(b"distro-node/inclusion-list/v2\0")
         h.update(self.run_id)
         h.update(self.step.to_bytes(8, "big"))
         # Length-prefixed fields: no two different lists can produce the same byte stream.
@@ -170,6 +192,9 @@ class InclusionList:
             h.update(tag + len(group).to_bytes(4, "big"))
             for peer in group:
                 h.update(id_bytes(peer))
+        h.update(b"X" + len(self.evidence).to_bytes(4, "big"))
+        for proof in self.evidence:
+            h.update(proof.digest_bytes())
         return h.digest()
 
     def to_dict(self) -> dict[str, Any]:
@@ -179,21 +204,25 @@ class InclusionList:
             "step": self.step,
             "epoch": self.epoch,
             "leader": self.leader,
-            "entries": [[p, h] for p, h in self.entries],
+            "entries": [[p, h, sig] for (p, h), sig in zip(self.entries, self.signatures, strict=True)],
             "warming": list(self.warming),
             "departed": list(self.departed),
+            "evidence": [proof.to_wire() for proof in self.evidence],
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> InclusionList:
         check_keys(cls.KIND, data, cls.FIELDS)
         raw_entries = check_seq("entries", data["entries"], MAX_LIST_PEERS)
-        entries = []
+        entries: list[tuple[Any, Any]] = []
+        signatures: list[Any] = []
         for i, item in enumerate(raw_entries):
-            pair = check_seq(f"entries[{i}]", item, 2)
-            if len(pair) != 2:
-                raise MessageError("type", f"entries[{i}] must be a (peer_id, payload_hash) pair")
-            entries.append((pair[0], pair[1]))
+            triple = check_seq(f"entries[{i}]", item, 3)
+            if len(triple) != 3:
+                raise MessageError("type", f"entries[{i}] must be [peer_id, payload_hash, signature]")
+            entries.append((triple[0], triple[1]))
+            signatures.append(triple[2])
+        raw_evidence = check_seq("evidence", data["evidence"], MAX_EVIDENCE)
         return cls(
             run_id=data["run_id"],
             step=data["step"],
@@ -202,6 +231,8 @@ class InclusionList:
             entries=tuple(entries),
             warming=check_seq("warming", data["warming"], MAX_LIST_PEERS),
             departed=check_seq("departed", data["departed"], MAX_LIST_PEERS),
+            signatures=tuple(signatures),
+            evidence=tuple(Equivocation.from_wire(e, f"evidence[{i}]") for i, e in enumerate(raw_evidence)),
         )
 
 

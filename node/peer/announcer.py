@@ -8,20 +8,25 @@ them.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import trio
 from distro_node.compression.errors import PayloadError
 from distro_node.compression.payload import Payload
+from distro_node.protocol.authorship import AuthorshipSigner
 from distro_node.protocol.messages import Announcement
-from distro_node.protocol.store import PayloadStore
+from distro_node.protocol.store import PayloadStore, payload_digest
 
 from ..faults import FaultInjector
+from .announced_mark import AnnouncedMark
 from .driver import RoundDriver
 from .outbox import Outbox
 from .payloads import DecodedPayloads
 from .telemetry import Telemetry
 from .trainer import Computed, Trainer
+
+logger = logging.getLogger(__name__)
 
 
 class Announcer:
@@ -30,6 +35,8 @@ class Announcer:
         *,
         self_id: str,
         run_id: bytes,
+        signer: AuthorshipSigner,
+        mark: AnnouncedMark,
         trainer: Trainer,
         store: PayloadStore,
         decoded: DecodedPayloads,
@@ -42,6 +49,8 @@ class Announcer:
     ) -> None:
         self._self_id = self_id
         self._run_id = run_id
+        self._signer = signer
+        self._mark = mark
         self._trainer = trainer
         self._store = store
         self._decoded = decoded
@@ -65,7 +74,12 @@ class Announcer:
             if not messages:
                 return 0
         data = messages[0]
-        digest = self._store.put(s, data)
+        digest = payload_digest(data)
+        if not self._mark.may_announce(s, digest):
+            logger.warning("not announcing step %d: this identity signed another payload for it (before a "
+                           "resync or a restart); a second one would be equivocation", s)
+            return 0
+        self._store.put_verified(s, digest, data)
         payload: Payload | None = None
         try:
             payload = await trio.to_thread.run_sync(self._trainer.decode, data, self._self_id, s,
@@ -84,13 +98,17 @@ class Announcer:
         # Sequential: the weights the gradient was taken on. Overlapped: the gradient was taken one update
         # earlier, but every peer announces the same boundary hash, which the round machine compares.
         weights = self._trainer.weights_hash
-        ann = Announcement(self._run_id, s, self._self_id, digest, len(data), weights)
+        ann = Announcement(self._run_id, s, self._self_id, digest, len(data), weights,
+                           self._signer.sign(s, digest))
         if self._telemetry is not None:
             self._telemetry.payload_sent(len(data))
+        self._mark.record(s, digest)
         self._outbox.publish(ann)
         if payload is not None:
             self._driver.feed(lambda m, now: m.on_local_announcement(ann, now))
         for other in messages[1:]:
-            self._outbox.publish(Announcement(self._run_id, s, self._self_id, self._store.put(s, other),
-                                              len(other), weights))
+            other_digest = self._store.put(s, other)
+            signature = self._signer.sign(s, other_digest)
+            self._outbox.publish(Announcement(self._run_id, s, self._self_id, other_digest, len(other),
+                                              weights, signature))
         return len(data)

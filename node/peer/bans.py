@@ -4,9 +4,10 @@ Why only shared inputs: a ban changes which lists this node proposes and votes f
 different peers would slow each other down (their proposals get refused). Every honest replica applies the
 same decided inclusion lists with the same payloads, in the same order, and the roster that says who missed
 a list is replicated too. Feeding the keeper exactly that, once per applied step, gives every replica the
-same bans at the same step, with no extra messages. What one replica sees alone (an equivocating
-announcement, a payload that failed its own validation) is left to the round machine, which excludes the
-peer from that round; the missed rounds that follow are shared, and counted.
+same bans at the same step, with no extra messages. What one replica sees alone (a payload that failed its
+own validation) is left to the round machine, which excludes the peer from that round; the missed rounds
+that follow are shared, and counted. An equivocation becomes shared the same way: the decided list carries
+its proof (protocol/evidence.py), and the authors it names are banned at once.
 
 A ban decided after applying step s applies from step s + 1 (``RoundMachine.on_banned``); the node also
 drops the banned peer's gossip in its validator. Records are keyed by peer id for the whole process, so a
@@ -64,11 +65,16 @@ class PeerBans:
         agreement: Mapping[str, float],
         norms: Mapping[str, float],
         missed: Iterable[str],
+        equivocators: Iterable[str] = (),
     ) -> RoundScores:
         """Fold applied step ``step`` in: the included peers' agreement scores and payload norms
-        (``node/sim/scoring.py``) and the active roster peers the decided list left out."""
+        (``node/sim/scoring.py``), the active roster peers the decided list left out, and the peers its
+        equivocation proofs name (banned at once: two signed payloads for one step have no honest cause)."""
         keeper = self.keeper
         newly = keeper.observe_round(step, agreement, norms)
+        for peer in sorted(set(equivocators)):
+            if not keeper.is_banned(peer) and keeper.penalize_equivocation(step, peer):
+                newly.append(peer)
         for peer in sorted(set(missed)):
             if not keeper.is_banned(peer) and keeper.penalize_missed(step, peer):
                 newly.append(peer)

@@ -21,12 +21,14 @@ from __future__ import annotations
 import logging
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterable, Callable
+from functools import partial
 from typing import Protocol
 
 import trio
 from distro_node.protocol.codec import CodecError, author_of, decode_signed
+from distro_node.protocol.consensus import Action, RoundMachine
 from distro_node.protocol.gossip import GossipMessage
-from distro_node.protocol.messages import Announcement, Goodbye, Message
+from distro_node.protocol.messages import Announcement, Goodbye, InclusionList, Message
 from libp2p.peer.id import ID
 
 from .announcements import AnnouncementLog
@@ -39,6 +41,11 @@ logger = logging.getLogger(__name__)
 BUFFER_MESSAGES = 4096  # gossip held while we sync state, replayed into the machine afterwards
 HEARD_CAP = 4096  # authors remembered for startup's "heard from every genesis peer" (made-up ids are free)
 DECODED_CAPACITY = 4096  # validated messages awaiting delivery (the queues between hold about 1 100)
+FORGED_CAPACITY = 64  # forged lists awaiting the machine; one per (step, epoch) is all it needs
+
+
+def _forged(lst: InclusionList, m: RoundMachine, now: float) -> list[Action]:
+    return m.on_forged_proposal(lst.step, lst.epoch, lst.leader, now)
 
 
 class BanList(Protocol):
@@ -56,6 +63,7 @@ class GossipDecoder:
         self._pending: OrderedDict[tuple[bytes, bytes], tuple[Message, int]] = OrderedDict()
         self.rejected: Counter[str] = Counter()
         self.redecoded = 0
+        self._forged: deque[InclusionList] = deque(maxlen=FORGED_CAPACITY)
 
     def validate(self, sender: ID, data: bytes) -> bool:
         """Signed by ``sender``, well formed, and not from a peer we banned (not delivered, not forwarded)."""
@@ -67,10 +75,19 @@ class GossipDecoder:
             msg = decode_signed(data, author, self._run_id)
         except CodecError as exc:
             self._reject(exc.reason)
+            if isinstance(exc.refused, InclusionList) and author != self._self_id:
+                self._forged.append(exc.refused)
             return False
         if author != self._self_id:  # our own messages are not delivered back to us
             self._hold((sender.to_bytes(), data), msg)
         return True
+
+    def take_forged(self) -> list[InclusionList]:
+        """Lists refused for entries their authors did not sign, since the last call: their leaders forged
+        them (the lists themselves are signed by their leaders), so those epochs will decide nothing."""
+        forged = list(self._forged)
+        self._forged.clear()
+        return forged
 
     def take(self, sender: ID, data: bytes) -> Message:
         """The message :meth:`validate` decoded from these bytes; CodecError only if we had to decode it
@@ -145,6 +162,8 @@ class GossipIntake:
 
     async def run(self, gossip: AsyncIterable[GossipMessage]) -> None:
         async for item in gossip:
+            if not self._holding:
+                self._report_forged()
             try:
                 msg = self._decoder.take(item.sender, item.data)
             except CodecError as exc:
@@ -159,6 +178,12 @@ class GossipIntake:
                 self._changes.bump()
                 continue
             self._dispatch(msg)
+
+    def _report_forged(self) -> None:
+        """Tell the machine which leaders sent lists with forged entries (checked at the door, so they
+        never reach it as messages): it need not wait out their epochs."""
+        for lst in self._decoder.take_forged():
+            self._driver.feed(partial(_forged, lst))
 
     async def watch_lost_peers(self, lost: trio.MemoryReceiveChannel[ID]) -> None:
         """A peer's last connection closed: the machine stops waiting for it (a crash is seen at once instead

@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 import trio
 from distro_node.node.checkpoint.store import CheckpointError, CheckpointStore
+from distro_node.protocol.authorship import AuthorshipSigner
 from distro_node.protocol.blobs import BlobCatalog, BlobConfig, BlobServer
 from distro_node.protocol.consensus import RoundConfig, RoundMachine
 from distro_node.protocol.errors import TransportError
@@ -31,6 +32,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 
 from ..faults import FaultInjector
 from . import checkpointing
+from .announced_mark import AnnouncedMark
 from .announcements import AnnouncementLog
 from .announcer import Announcer
 from .bans import PeerBans
@@ -271,7 +273,10 @@ class PeerNode:
         fault = None
         if opts.fault is not None:  # seeded by our id: two faulty peers never send identical payloads
             fault = FaultInjector(opts.fault, seed=int.from_bytes(run.host.peer_id.to_bytes()[-8:], "big"))
-        announcer = Announcer(self_id=run.self_id, run_id=run.run_id, trainer=run.trainer, store=run.store,
+        signer = AuthorshipSigner(run.host.key_pair.private_key, run.self_id, run.run_id)
+        mark = AnnouncedMark(opts.key_file.parent if opts.key_file is not None else None, run.run_id)
+        announcer = Announcer(self_id=run.self_id, run_id=run.run_id, signer=signer, mark=mark,
+                              trainer=run.trainer, store=run.store,
                               decoded=decoded, outbox=outbox, driver=driver, telemetry=run.telemetry,
                               fault=fault, decode_limit=self._decode_limit, comm_delay=opts.comm_delay)
         scorer = RoundScorer(self_id=run.self_id, bans=self.bans, trainer=run.trainer, driver=driver,

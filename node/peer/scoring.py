@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import trio
 from distro_node.compression.payload import Payload
 from distro_node.node.sim.scoring import round_observations
+from distro_node.protocol.evidence import Equivocation
 from distro_node.protocol.host import P2PHost
 from libp2p.peer.id import ID
 
@@ -41,14 +42,15 @@ class RoundScorer:
         self._compute_limit = compute_limit
         self._nursery = nursery
 
-    async def score(self, s: int, payloads: Mapping[str, Payload]) -> RoundScores:
-        """Feed applied step ``s`` to the ban keeper (only inputs every honest replica shares) and put new
-        bans into force from step s + 1."""
+    async def score(self, s: int, payloads: Mapping[str, Payload],
+                    evidence: Sequence[Equivocation] = ()) -> RoundScores:
+        """Feed applied step ``s`` to the ban keeper (only inputs every honest replica shares: the payloads
+        and the equivocation proofs its decided list carries) and put new bans into force from step s + 1."""
         specs = self._trainer.spec.tensors
         agreement, norms = await trio.to_thread.run_sync(round_observations, specs, payloads,
                                                          limiter=self._compute_limit)
         missed = self._driver.decisions.take_missed(s)
-        scored = self._bans.observe(s, agreement, norms, missed)
+        scored = self._bans.observe(s, agreement, norms, missed, [proof.peer for proof in evidence])
         if scored.bans:
             banned = [b.peer for b in scored.bans]
             self._driver.feed(lambda m, now: m.on_banned(banned, s + 1, now))

@@ -106,7 +106,7 @@ class StepRunner:
                                                  limiter=self._compute_limit)
         phases["apply"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        scored = await self._scorer.score(s, payloads)
+        scored = await self._scorer.score(s, payloads, action.inclusion_list.evidence)
         phases["score"] = time.perf_counter() - t0
         phases["round"] = decided_at - announced
         self._lookahead.keep(ours.ahead)

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from ..messages import Announcement, InclusionList, Status, Vote
 
 PENALTY_REASONS: tuple[str, ...] = (
-    "equivocation",  # two different announcements for the same step
+    "equivocation",  # two different signed payloads for the same step (announcements or list entries)
     "list_equivocation",  # a leader signed two different lists for the same epoch of a step
     "vote_equivocation",  # a voter signed two different votes for the same epoch of a step
     "invalid_list",  # a list that breaks the roster rules (unknown leader, ineligible peer, ...)
     "invalid_payload",  # the announced payload failed validation
     "oversize",  # announced a payload above the configured cap
+    "forged_list",  # a leader's list named hashes their authors did not sign (refused at the gossip door)
 )
 RESYNC_REASONS: tuple[str, ...] = (
     "weights_diverged",  # our weights hash differs from the majority of the included peers

@@ -16,6 +16,7 @@ Messages for steps we already decided go to :mod:`.laggards` instead (the caller
 
 from __future__ import annotations
 
+from ..evidence import Equivocation
 from ..messages import Announcement, Goodbye, Heartbeat, InclusionList, Message, Status, Vote
 from .actions import Action, Penalize
 from .context import Local
@@ -90,13 +91,13 @@ def add_announcement(ann: Announcement, me: Local, window: StepWindow, out: list
     if rnd is not None and rnd.step < window.frontier:
         # Too late to count, but a second, different payload is still evidence of equivocation.
         me.counters.count("stale_step")
-        _note_equivocation(rnd, ann, me, out)
+        _note_equivocation(rnd, ann, me, window, out)
         return False
     rnd = round_for(ann.step, me, window)
     if rnd is None:
         return True  # a far-ahead peer may mean we are behind
     if ann.peer_id in rnd.announcements:
-        _note_equivocation(rnd, ann, me, out)
+        _note_equivocation(rnd, ann, me, window, out)
         return False
     if len(rnd.announcements) >= me.config.max_announcements_per_step:
         me.counters.count("announcement_cap")
@@ -107,15 +108,36 @@ def add_announcement(ann: Announcement, me: Local, window: StepWindow, out: list
     return True
 
 
-def _note_equivocation(rnd: RoundState, ann: Announcement, me: Local, out: list[Action]) -> None:
+def _note_equivocation(rnd: RoundState, ann: Announcement, me: Local, window: StepWindow,
+                       out: list[Action]) -> None:
     first = rnd.announcements.get(ann.peer_id)
-    if first is None or first == ann:
+    if first is None or first.payload_hash == ann.payload_hash:
         me.counters.count("duplicate_announcement")
         return
+    _equivocated(rnd, ann.peer_id, (first.payload_hash, first.signature), (ann.payload_hash, ann.signature),
+                 me, window, out)
+
+
+def _equivocated(rnd: RoundState, peer: str, a: tuple[bytes, bytes], b: tuple[bytes, bytes], me: Local,
+                 window: StepWindow, out: list[Action]) -> None:
+    """``peer`` signed both payloads for this step (the gossip door checked both signatures): exclude it
+    here, and keep the proof for a list, which bans it on every replica (protocol/evidence.py)."""
     me.counters.count("equivocation")
-    if ann.peer_id not in rnd.equivocators:
-        rnd.equivocators.add(ann.peer_id)
-        out.append(Penalize(ann.peer_id, rnd.step, "equivocation"))
+    if peer not in rnd.equivocators:
+        rnd.equivocators.add(peer)
+        out.append(Penalize(peer, rnd.step, "equivocation"))
+    window.evidence.add(Equivocation.of(peer, rnd.step, a, b), me.counters)
+
+
+def _entries_against_announcements(lst: InclusionList, rnd: RoundState, me: Local, window: StepWindow,
+                                   out: list[Action]) -> None:
+    """A list entry whose signed hash differs from the announcement we hold proves its author signed two
+    payloads for the step: the leader cannot have made the entry up (its signature was checked)."""
+    for (peer, payload_hash), signature in zip(lst.entries, lst.signatures, strict=True):
+        ann = rnd.announcements.get(peer)
+        if ann is not None and ann.payload_hash != payload_hash and peer != me.self_id:
+            _equivocated(rnd, peer, (ann.payload_hash, ann.signature), (payload_hash, signature), me, window,
+                         out)
 
 
 # ------------------------------------------------------------------------------ proposals, votes, statuses
@@ -146,6 +168,7 @@ def add_proposal(lst: InclusionList, me: Local, window: StepWindow, out: list[Ac
         return False
     rnd.proposals[key] = digest
     rnd.contents.setdefault(digest, lst)
+    _entries_against_announcements(lst, rnd, me, window, out)
     if window.governing_roster(lst.step).is_eligible(lst.leader):
         rnd.see(me.now)
         catch_up(rnd, lst.epoch, me)

@@ -10,6 +10,11 @@ list among a majority of statuses, or builds its own if none was voted; voters v
 proposal. Two majorities of the same roster always share a voter, so two different lists can never both be
 decided, whatever the delays, drops or partitions; timeouts only decide how fast progress is.
 
+Availability: a voter votes for a list only once it holds every listed payload, fetched and validated. So
+a decided list's payloads are held by a quorum of voters, and a leader cannot get a list decided around a
+payload nobody can serve (its own, announced and never served): that list gathers no votes and costs only
+its epoch. Voters fetch announced payloads eagerly, so by the time a list arrives most are already held.
+
 Quorum (partitions): besides the vote quorum, a list must include a strict majority of the active roster's
 payloads, so a minority side decides nothing (and stalls, :func:`.epochs.check_stall`).
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+from ..evidence import Equivocation
 from ..membership import Roster
 from ..messages import InclusionList, Vote
 from .actions import Action, MembershipChanged, PeerMissed, Penalize, Publish
@@ -68,6 +74,8 @@ def vote(rnd: RoundState, roster: Roster, bans: Bans, me: Local, out: list[Actio
                 rnd.below_quorum.add(digest)
                 me.counters.count("below_quorum_list")
             continue
+        if not all(entry in rnd.validated for entry in lst.entries):
+            continue  # not yet: we vote only for payloads we hold (see "Availability" above)
         best = (epoch, digest)
     if best is None:
         return
@@ -101,6 +109,7 @@ def _decide(
     lst = rnd.contents[digest]
     rnd.decided, rnd.decided_digest, rnd.decided_epoch, rnd.decided_at = lst, digest, epoch, me.now
     me.counters.count("rounds_decided")
+    window.evidence.settle(proof.peer for proof in lst.evidence)
     new_roster, changes, missed = roster.advance(lst, me.rules)
     window.move_frontier(rnd.step, new_roster, me.now)
     out.extend(PeerMissed(rnd.step, p) for p in missed)
@@ -109,7 +118,7 @@ def _decide(
 
 def maybe_propose(
     rnd: RoundState, roster: Roster, order: tuple[str, ...], epoch: int, bans: Bans, me: Local,
-    out: list[Action],
+    out: list[Action], evidence: tuple[Equivocation, ...] = (),
 ) -> bool:
     """Propose if we lead this epoch: at most one list per epoch, ever.
 
@@ -132,7 +141,7 @@ def maybe_propose(
         if me.now < anchor + cfg.collect_timeout and not collection_complete(rnd, roster, banned, me):
             return False
         lst = build_list(bans.without_banned(rnd), roster, cfg.run_id, 0, me.self_id, left,
-                         cfg.max_joiners_per_round, cfg.max_roster_peers)
+                         cfg.max_joiners_per_round, cfg.max_roster_peers, evidence)
     else:
         eligible = set(roster.eligible())
         reporters = [p for p, e in rnd.statuses.items() if e == epoch and p in eligible]
@@ -148,7 +157,7 @@ def maybe_propose(
             return False  # took over early from an absent leader: build from what epoch 0 would have
         else:
             lst = build_list(bans.without_banned(rnd), roster, cfg.run_id, epoch, me.self_id, left,
-                             cfg.max_joiners_per_round, cfg.max_roster_peers)
+                             cfg.max_joiners_per_round, cfg.max_roster_peers, evidence)
     if lst is None:
         return False
     digest = lst.digest()

@@ -39,6 +39,8 @@ COUNTERS: tuple[str, ...] = (
     "rounds_stalled",
     "resyncs_requested",
     "banned_in_list",
+    "evidence_held",
+    "evidence_cap",
 )
 
 

@@ -41,9 +41,12 @@ def catch_up(rnd: RoundState, epoch: int, me: Local) -> None:
 
 
 def expected_peers(rnd: RoundState, roster: Roster, banned: frozenset[str], me: Local) -> list[str]:
-    """Whom a leader waits for before the deadline: live active peers, not silent or departed ones."""
+    """Whom a leader waits for before the deadline: live roster peers, not silent or departed ones. Warming
+    peers too: a leader lists one only once its payload is validated (round_state.build_list), so waiting
+    for it keeps a joiner's warm-up from slipping a round whenever its payload lands after the others'.
+    Announcers outside the roster are not waited for: identities cost nothing, a host that serves does."""
     return [
-        p for p in roster.eligible()
+        p for p in roster.peers
         if p not in rnd.equivocators and p not in banned and (p == me.self_id or me.is_alive(p))
     ]
 
@@ -80,6 +83,11 @@ def _leader_absent(peer: str, trust_silence: bool, me: Local) -> bool:
     return trust_silence and not me.is_alive(peer)
 
 
+def _forged(rnd: RoundState, order: tuple[str, ...], epoch: int) -> bool:
+    """The epoch's leader sent a list with entries their authors did not sign: nothing of its can pass."""
+    return (epoch, designated_leader(order, epoch)) in rnd.forged
+
+
 def _silence_is_evidence(order: tuple[str, ...], me: Local) -> bool:
     """Silence says the leader is gone only while a strict majority of the roster is heard from.
 
@@ -104,7 +112,8 @@ def skip_absent_leaders(
     the newest ballot among a majority of statuses. So acting on local evidence (a goodbye we received,
     silence we observed, a closed connection) can cost at most an epoch, never agreement. Replicas that
     lack the evidence follow through the statuses of those that skipped (:func:`catch_up`). Silence only
-    counts while most of the roster is heard from (:func:`_silence_is_evidence`); a goodbye always does.
+    counts while most of the roster is heard from (:func:`_silence_is_evidence`); a goodbye always does,
+    and so does a forged list from the epoch's leader (``RoundMachine.on_forged_proposal``).
 
     Epoch 0 is left no earlier than its leader would have proposed (collection complete or the collect
     deadline), so the next leader builds its list from the same payloads. If every leader is absent
@@ -114,7 +123,7 @@ def skip_absent_leaders(
     if all(_leader_absent(p, trust_silence, me) for p in order):
         return epoch
     target = epoch
-    while _leader_absent(designated_leader(order, target), trust_silence, me):
+    while _leader_absent(designated_leader(order, target), trust_silence, me) or _forged(rnd, order, target):
         if target == 0 and not collection_over(rnd, roster, banned, me):
             break
         target += 1

@@ -35,9 +35,13 @@ class Resyncs:
 
 
 def fetch(window: StepWindow, bans: Bans, me: Local, out: list[Action]) -> None:
-    """Ask for every payload we may need and do not hold: announced ones of active peers (eagerly, the
-    leader needs them and so will we) and every entry of a decided list (possibly never announced to us).
-    Banned peers' payloads are fetched only once a decided list names them.
+    """Ask for every payload we may need and do not hold: announced ones (eagerly, the leader needs them and
+    so will we), every entry of a proposal (we vote only for payloads we hold) and of a decided list
+    (possibly never announced to us). Newcomers' payloads are
+    fetched too, though never aggregated while they warm up: a leader lists a newcomer only once its payload
+    arrived and passed validation (round_state.build_list), so an identity that cannot serve what it signed
+    (one process announcing for many made-up ids) never enters the roster. Banned peers' payloads are
+    fetched only once a decided list names them.
     """
     for step in sorted(window.rounds):
         rnd = window.rounds[step]
@@ -50,11 +54,19 @@ def fetch(window: StepWindow, bans: Bans, me: Local, out: list[Action]) -> None:
                 size = ann.payload_size if ann is not None and ann.payload_hash == payload_hash else None
                 wanted.append((peer, payload_hash, size, rnd.decided.leader))
         else:
-            roster = window.governing_roster(step)
             banned = bans.at(step)
             for peer, ann in rnd.announcements.items():
-                if roster.is_eligible(peer) and peer not in rnd.equivocators and peer not in banned:
+                if peer not in rnd.equivocators and peer not in banned:
                     wanted.append((peer, ann.payload_hash, ann.payload_size, None))
+            # A proposal's entries too: we vote for a list only once we hold all of it (agreement.vote).
+            # (Not a banned peer's from epoch 0: we refuse such a list, bans.refuses.)
+            for (epoch, proposer), digest in sorted(rnd.proposals.items()):
+                for peer, payload_hash in rnd.contents[digest].entries:
+                    ann = rnd.announcements.get(peer)
+                    if epoch == 0 and peer in banned:
+                        continue
+                    if ann is None or ann.payload_hash != payload_hash:
+                        wanted.append((peer, payload_hash, None, proposer))
         for peer, payload_hash, size, leader in wanted:
             key = (peer, payload_hash)
             if key in rnd.validated or key in rnd.invalid:

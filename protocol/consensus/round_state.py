@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
+from ..evidence import Equivocation
 from ..membership import Roster
 from ..messages import Announcement, InclusionList
 
@@ -41,6 +42,7 @@ class RoundState:
     proposals: dict[tuple[int, str], bytes] = field(default_factory=dict)  # (epoch, leader) -> digest
     checked: set[tuple[int, str]] = field(default_factory=set)  # proposals already checked vs the roster
     below_quorum: set[bytes] = field(default_factory=set)  # list digests we refused for too few payloads
+    forged: set[tuple[int, str]] = field(default_factory=set)  # (epoch, leader) whose list forged entries
     promised: int = -1
     my_vote: Ballot | None = None
     votes: dict[str, Ballot] = field(default_factory=dict)
@@ -214,13 +216,16 @@ def build_list(
     left: Collection[str],
     max_joiners: int,
     max_peers: int,
+    evidence: tuple[Equivocation, ...] = (),
 ) -> InclusionList | None:
     """The list this replica would propose as leader, or None if it cannot reach a quorum of payloads.
 
     Included: active roster peers with a validated payload, no equivocation, and (when a strict majority of
     them agree) the majority weights hash, because a gradient taken on diverged weights is not the same
-    update. Warming: other announcers on the majority weights, within the newcomer cap. Departed: roster
-    peers whose goodbye we saw and that are not included.
+    update. Warming: other announcers on the majority weights whose payload we validated (what an identity
+    costs: a host that serves what it signs), within the newcomer cap. Departed: roster
+    peers whose goodbye we saw and that are not included. Evidence: the equivocation proofs we hold.
+    Each entry carries its author's signature, copied from the announcement.
     """
     candidates: dict[str, Announcement] = {}
     for peer in roster.eligible():
@@ -245,17 +250,22 @@ def build_list(
             continue
         if majority is not None and ann.weights_hash != majority:
             continue
+        if (peer, ann.payload_hash) not in rnd.validated:
+            continue
         if peer not in roster:
             if newcomers >= max_joiners or len(roster) + newcomers >= max_peers:
                 continue
             newcomers += 1
         warming.append(peer)
+    included = sorted(candidates)
     return InclusionList(
         run_id=run_id,
         step=rnd.step,
         epoch=epoch,
         leader=leader,
-        entries=tuple((p, candidates[p].payload_hash) for p in sorted(candidates)),
+        entries=tuple((p, candidates[p].payload_hash) for p in included),
         warming=tuple(warming),
         departed=departed,
+        signatures=tuple(candidates[p].signature for p in included),
+        evidence=evidence,
     )

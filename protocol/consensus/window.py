@@ -8,6 +8,7 @@ rest), and rosters only for the steps still kept.
 from __future__ import annotations
 
 from ..membership import Roster, SyncState
+from .evidence_pool import EvidencePool
 from .round_state import RoundState
 
 
@@ -21,6 +22,7 @@ class StepWindow:
         self.rounds: dict[int, RoundState] = {}
         self.rosters: dict[int, Roster] = {state.next_step: state.roster}
         self.frontier = self.applied_upto = state.next_step
+        self.evidence = EvidencePool()  # kept across restarts: a proof stays true whatever state we load
 
     def restart(self, state: SyncState, max_future_steps: int) -> None:
         """Start over at a donor's state.

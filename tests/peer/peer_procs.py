@@ -8,12 +8,16 @@ Processes are killed by pid and reaped by the ``procs`` fixture, whatever the te
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from distro_node.node.join_process import CHILD_ENV, CLI, Event, PeerProc, join_args
 from distro_node.protocol.consensus import leader_order
 
-__all__ = ["CHILD_ENV", "CLI", "Event", "PeerProc", "Procs", "assert_identical", "leader"]
+ADVERSARY = "distro_node.node.testbed.adversary"
+
+__all__ = ["CHILD_ENV", "CLI", "Event", "PeerProc", "Procs", "assert_finished_without", "assert_identical",
+           "ban_step", "leader"]
 
 
 class Procs:
@@ -34,6 +38,13 @@ class Procs:
         self.all.append(p)
         return p
 
+    def start_adversary(self, kind: str, command: str, extra: list[str], name: str) -> PeerProc:
+        """The real daemon with one attack patched in (node/testbed/adversary.py), joining by ``command``."""
+        argv = [sys.executable, "-m", ADVERSARY, kind, "join", *join_args(command), *extra]
+        p = PeerProc([*argv, "--log-format", "json"], name, self.log_dir)
+        self.all.append(p)
+        return p
+
     def swarm(self, n: int, run_args: list[str], peer_args: list[str]) -> list[PeerProc]:
         """A founder waiting for ``n`` genesis peers, and ``n - 1`` joiners running its printed command."""
         founder = self.start([*run_args, *peer_args, "--genesis-peers", str(n)], "peer0")
@@ -51,6 +62,29 @@ class Procs:
 def leader(run_id_hex: str, step: int, peers: list[str]) -> str:
     """Epoch-0 leader of ``step`` for a roster of active ``peers`` (what every replica computes)."""
     return leader_order(bytes.fromhex(run_id_hex), step, tuple(sorted(peers)))[0]
+
+
+def ban_step(honest: list[PeerProc], attacker_id: str, reason: str) -> int:
+    """Wait for every honest peer's ban of ``attacker_id``; they must agree on the step and the reason."""
+    bans = {p.name: p.wait_for(lambda e: e.get("event") == "banned" and e.get("peer") == attacker_id, 200,
+                               f"ban of {attacker_id[-8:]}") for p in honest}
+    assert {e["reason"] for e in bans.values()} == {reason}, bans
+    steps = {name: e["step"] for name, e in bans.items()}
+    assert len(set(steps.values())) == 1, f"honest peers banned at different steps: {steps}"
+    return int(str(next(iter(steps.values()))))
+
+
+def assert_finished_without(honest: list[PeerProc], attacker_id: str, steps: int, banned_at: int) -> None:
+    """The honest peers applied all ``steps`` with identical weights and left; nothing of the attacker's was
+    applied after its ban, and no honest peer banned anyone else."""
+    for p in honest:
+        p.wait_for(lambda e: e.get("event") == "left", 200, "leave after the last step")
+    assert_identical(honest, range(steps))
+    for p in honest:
+        rows = p.steps()
+        assert sorted(rows) == list(range(steps)), f"{p.name} applied {sorted(rows)}"
+        assert all(rows[s]["included"] <= len(honest) for s in range(banned_at + 1, steps)), p.name
+        assert [e["peer"] for e in p.events if e.get("event") == "banned"] == [attacker_id], p.name
 
 
 def assert_identical(procs: list[PeerProc], steps: range) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
-from peer_procs import PeerProc, Procs, assert_identical
+from peer_procs import Procs, assert_finished_without, ban_step
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
 
@@ -29,11 +29,6 @@ def _metric(url: str, name: str) -> float:
     raise AssertionError(f"{name} missing from {url}")
 
 
-def _banned(peer: PeerProc, who: str) -> dict[str, object]:
-    return peer.wait_for(lambda e: e.get("event") == "banned" and e.get("peer") == who, 200,
-                         f"ban of {who[-8:]}")
-
-
 def test_scaled_peer_banned_by_every_honest_peer_and_honest_replicas_stay_identical(procs: Procs) -> None:
     steps = BAN_WITHIN + 6
     local = ["--steps", str(steps)]
@@ -45,21 +40,9 @@ def test_scaled_peer_banned_by_every_honest_peer_and_honest_replicas_stay_identi
     urls = [str(p.info()["metrics_url"]) for p in honest]
     founder.wait_step(1, 120)
     assert _metric(urls[0], "distro_peers_banned_total") == 0
-    bans = {p.name: _banned(p, attacker_id) for p in honest}
-    ban_steps = {name: e["step"] for name, e in bans.items()}
-    assert len(set(ban_steps.values())) == 1, f"honest peers banned at different steps: {ban_steps}"
-    ban_step = int(next(iter(ban_steps.values())))  # type: ignore[call-overload]
-    assert ban_step < BAN_WITHIN, ban_step
-    assert {e["reason"] for e in bans.values()} == {"low_score"}
+    banned_at = ban_step(honest, attacker_id, "low_score")
+    assert banned_at < BAN_WITHIN, banned_at
     for p, url in zip(honest, urls, strict=True):
         assert _metric(url, "distro_peers_banned_total") == 1, p.name
         assert -1.0 <= _metric(url, "distro_round_agreement_median") <= 1.0
-    for p in honest:
-        p.wait_for(lambda e: e.get("event") == "left", 200, "leave after the last step")
-    assert_identical(honest, range(steps))
-    for p in honest:
-        rows = p.steps()
-        assert sorted(rows) == list(range(steps)), f"{p.name} applied {sorted(rows)}"
-        assert all(rows[s]["included"] <= 3 for s in range(ban_step + 1, steps)), p.name
-        # An honest peer never bans another honest peer.
-        assert [e["peer"] for e in p.events if e.get("event") == "banned"] == [attacker_id]
+    assert_finished_without(honest, attacker_id, steps, banned_at)

@@ -33,6 +33,9 @@ from distro_node.protocol.messages import Announcement, Goodbye, InclusionList, 
 
 RUN_ID = hashlib.sha256(b"distro-node test run").digest()
 GENESIS_WEIGHTS = hashlib.sha256(b"genesis weights").digest()
+# The machine trusts the gossip door (protocol/codec.py) to have checked every authorship signature, so its
+# tests need only well-formed ones (real signatures: tests/protocol/test_authorship.py).
+SIG = bytes(64)
 
 
 def test_config(**overrides: Any) -> RoundConfig:
@@ -266,11 +269,12 @@ class Swarm:
         if r.weights_fault_at == step:
             r.weights = hashlib.sha256(b"corrupted" + r.weights).digest()
         r.announced_step = step
-        ann = Announcement(RUN_ID, step, r.peer_id, payload_hash(r.peer_id, step), 1000, r.weights)
+        ann = Announcement(RUN_ID, step, r.peer_id, payload_hash(r.peer_id, step), 1000, r.weights, SIG)
         r.holds.add((r.peer_id, ann.payload_hash))
         self._handle(r, r.machine.on_local_announcement(ann, self.now))
         if r.equivocate:
-            other = Announcement(RUN_ID, step, r.peer_id, payload_hash(r.peer_id, step, 1), 1000, r.weights)
+            other = Announcement(RUN_ID, step, r.peer_id, payload_hash(r.peer_id, step, 1), 1000, r.weights,
+                                 SIG)
             r.holds.add((r.peer_id, other.payload_hash))
             peers = [p for p in self.ids if p != r.peer_id]
             half = set(peers[: len(peers) // 2])

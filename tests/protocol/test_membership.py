@@ -27,7 +27,8 @@ def h(peer: str) -> bytes:
 def lst(included: tuple[str, ...], warming: tuple[str, ...] = (), departed: tuple[str, ...] = (),
         leader: str = "a", step: int = 0) -> InclusionList:
     return InclusionList(RUN, step, 0, leader, tuple((p, h(p)) for p in sorted(included)),
-                         tuple(sorted(warming)), tuple(sorted(departed)))
+                         tuple(sorted(warming)), tuple(sorted(departed)),
+                         signatures=(bytes(64),) * len(included))
 
 
 def test_genesis_peers_are_active_and_validated() -> None:

@@ -22,10 +22,11 @@ from distro_node.protocol.messages import (
 RUN = hashlib.sha256(b"messages").digest()
 H1 = hashlib.sha256(b"1").digest()
 H2 = hashlib.sha256(b"2").digest()
+SIG = bytes(64)  # shape only: signatures are checked at the gossip door (tests/protocol/test_authorship.py)
 
 SAMPLES: list[Any] = [
-    Announcement(RUN, 3, "peerA", H1, 2_800_000, H2),
-    InclusionList(RUN, 3, 1, "peerA", (("peerA", H1), ("peerB", H2)), ("peerC",), ("peerD",)),
+    Announcement(RUN, 3, "peerA", H1, 2_800_000, H2, SIG),
+    InclusionList(RUN, 3, 1, "peerA", (("peerA", H1), ("peerB", H2)), ("peerC",), ("peerD",), (SIG, SIG)),
     InclusionList(RUN, 0, 0, "peerA", ()),
     Vote(RUN, 3, 2, "peerB", H1),
     Status(RUN, 3, 2, "peerB", 1, H1),
@@ -85,12 +86,12 @@ def test_unknown_kind_and_non_mapping() -> None:
 
 def test_inclusion_list_canonical_form() -> None:
     with pytest.raises(MessageError) as err:
-        InclusionList(RUN, 0, 0, "a", (("b", H1), ("a", H2)))
+        InclusionList(RUN, 0, 0, "a", (("b", H1), ("a", H2)), signatures=(SIG, SIG))
     assert err.value.reason == "order"
     with pytest.raises(MessageError):
-        InclusionList(RUN, 0, 0, "a", (("a", H1), ("a", H2)))  # duplicate peer
+        InclusionList(RUN, 0, 0, "a", (("a", H1), ("a", H2)), signatures=(SIG, SIG))  # duplicate peer
     with pytest.raises(MessageError) as err:
-        InclusionList(RUN, 0, 0, "a", (("a", H1),), warming=("a",))
+        InclusionList(RUN, 0, 0, "a", (("a", H1),), warming=("a",), signatures=(SIG,))
     assert err.value.reason == "overlap"
     with pytest.raises(MessageError):
         InclusionList(RUN, 0, 0, "a", (), warming=("b", "a"))
@@ -109,15 +110,15 @@ def test_inclusion_list_canonical_form() -> None:
 
 def test_digest_names_the_content_not_the_proposer() -> None:
     base = SAMPLES[1]
-    same = InclusionList(RUN, 3, 9, "peerZ", base.entries, base.warming, base.departed)
+    same = InclusionList(RUN, 3, 9, "peerZ", base.entries, base.warming, base.departed, base.signatures)
     assert same.digest() == base.digest()
     others = [
-        InclusionList(RUN, 4, 1, "peerA", base.entries, base.warming, base.departed),
-        InclusionList(RUN, 3, 1, "peerA", base.entries[:1], base.warming, base.departed),
-        InclusionList(RUN, 3, 1, "peerA", base.entries, (), base.departed),
-        InclusionList(RUN, 3, 1, "peerA", base.entries, base.warming, ()),
-        InclusionList(RUN, 3, 1, "peerA", base.entries, base.departed, base.warming),
-        InclusionList(H2, 3, 1, "peerA", base.entries, base.warming, base.departed),
+        InclusionList(RUN, 4, 1, "peerA", base.entries, base.warming, base.departed, base.signatures),
+        InclusionList(RUN, 3, 1, "peerA", base.entries[:1], base.warming, base.departed, (SIG,)),
+        InclusionList(RUN, 3, 1, "peerA", base.entries, (), base.departed, base.signatures),
+        InclusionList(RUN, 3, 1, "peerA", base.entries, base.warming, (), base.signatures),
+        InclusionList(RUN, 3, 1, "peerA", base.entries, base.departed, base.warming, base.signatures),
+        InclusionList(H2, 3, 1, "peerA", base.entries, base.warming, base.departed, base.signatures),
     ]
     assert len({o.digest() for o in others} | {base.digest()}) == len(others) + 1
 

@@ -24,7 +24,7 @@ from distro_node.protocol.consensus.machine import RoundInputError, RoundMachine
 from distro_node.protocol.consensus.round_state import epoch_since, epoch_start
 from distro_node.protocol.membership import Roster, SyncState
 from distro_node.protocol.messages import Announcement, Goodbye, Heartbeat, InclusionList, Status, Vote
-from protocol_swarm_sim import GENESIS_WEIGHTS, RUN_ID, Swarm, payload_hash, test_config
+from protocol_swarm_sim import GENESIS_WEIGHTS, RUN_ID, SIG, Swarm, payload_hash, test_config
 
 PEERS = ("a", "b", "c", "d")
 # Seeds per randomized swarm test; raise it for a soak run (each seed takes well under a second).
@@ -35,7 +35,7 @@ M = TypeVar("M")
 def ann(
     peer: str, step: int, variant: int = 0, weights: bytes = GENESIS_WEIGHTS, size: int = 1000
 ) -> Announcement:
-    return Announcement(RUN_ID, step, peer, payload_hash(peer, step, variant), size, weights)
+    return Announcement(RUN_ID, step, peer, payload_hash(peer, step, variant), size, weights, SIG)
 
 
 def machine(self_id: str, peers: tuple[str, ...] = PEERS, step: int = 0, **cfg: object) -> RoundMachine:
@@ -77,7 +77,17 @@ def entries_for(step: int, peers: tuple[str, ...] | list[str]) -> tuple[tuple[st
 def proposal(step: int, epoch: int, peers: tuple[str, ...] | list[str], **kw: object) -> InclusionList:
     order = leader_order(RUN_ID, step, PEERS)
     leader = kw.pop("leader", order[epoch % len(order)])
-    return InclusionList(RUN_ID, step, epoch, leader, entries_for(step, peers), **kw)  # type: ignore[arg-type]
+    entries = entries_for(step, peers)
+    return InclusionList(RUN_ID, step, epoch, leader, entries, signatures=(SIG,) * len(entries),
+                         **kw)  # type: ignore[arg-type]
+
+
+def hold(m: RoundMachine, lst: InclusionList, now: float) -> list:
+    """Every payload ``lst`` names arrived and passed validation at ``m`` (a voter votes only then)."""
+    out: list = []
+    for p, h in lst.entries:
+        out += m.on_payload_validated(lst.step, p, h, now)
+    return out
 
 
 def votes_from(m: RoundMachine, lst: InclusionList, voters: tuple[str, ...] | list[str], now: float) -> list:
@@ -103,7 +113,7 @@ def test_leader_proposes_as_soon_as_everybody_is_in_and_decides_on_majority_vote
     assert m.next_step == 1 and m.next_apply_step == 1
 
 
-def test_follower_votes_then_fetches_every_listed_payload() -> None:
+def test_follower_fetches_every_listed_payload_then_votes() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     leader, other = order[0], order[1]
     m = machine(order[3])
@@ -113,15 +123,16 @@ def test_follower_votes_then_fetches_every_listed_payload() -> None:
     ]
     lst = proposal(0, 0, [other, leader, order[2]])
     out = m.on_message(lst, 0.2)
-    assert published(out, Vote) == [Vote(RUN_ID, 0, 0, m.self_id, lst.digest())]
-    out = votes_from(m, lst, [leader, other], 0.3)
-    assert m.next_step == 1 and m.next_apply_step == 0
-    # The list names payloads we never saw announced: fetch them from their owner and the leader.
+    # The list names payloads we never saw announced: fetch them from their owner and the leader, and
+    # vote only once we hold every one (a list around a payload nobody serves gets no vote).
     wanted = {(f.peer_id, f.sources) for f in of(out, FetchPayload)}
     assert (order[2], (order[2], leader)) in wanted and (leader, (leader,)) in wanted
+    assert published(out, Vote) == []
     for p, h in lst.entries:
-        out = m.on_payload_validated(0, p, h, 0.4)
-    assert [a.step for a in of(out, ApplyInclusionList)] == [0]
+        out = m.on_payload_validated(0, p, h, 0.3)
+    assert published(out, Vote) == [Vote(RUN_ID, 0, 0, m.self_id, lst.digest())]
+    out = votes_from(m, lst, [leader, other], 0.4)
+    assert m.next_step == 1 and [a.step for a in of(out, ApplyInclusionList)] == [0]
 
 
 def test_stale_and_far_future_announcements_are_ignored_and_counted() -> None:
@@ -142,7 +153,7 @@ def test_stale_and_far_future_announcements_are_ignored_and_counted() -> None:
 def test_wrong_run_and_oversize_are_rejected() -> None:
     m = machine("a")
     other_run = hashlib.sha256(b"other").digest()
-    foreign = Announcement(other_run, 0, "b", payload_hash("b", 0), 10, GENESIS_WEIGHTS)
+    foreign = Announcement(other_run, 0, "b", payload_hash("b", 0), 10, GENESIS_WEIGHTS, SIG)
     assert m.on_message(foreign, 0) == []
     assert m.on_message(Vote(other_run, 0, 0, "b", payload_hash("b", 0)), 0) == []
     assert m.counters["wrong_run"] == 2
@@ -172,8 +183,8 @@ def test_list_with_one_of_two_equivocated_payloads_is_applied_with_that_one() ->
     m.on_message(ann(cheat, 0, 1), 0.0)
     # The leader only saw variant 1: its list is valid and names at most one of the payloads.
     entries = tuple(sorted((p, payload_hash(p, 0, 1 if p == cheat else 0)) for p in PEERS))
-    lst = InclusionList(RUN_ID, 0, 0, order[0], entries)
-    out = m.on_message(lst, 0.1) + votes_from(m, lst, order[:2], 0.1)
+    lst = InclusionList(RUN_ID, 0, 0, order[0], entries, signatures=(SIG,) * len(entries))
+    out = m.on_message(lst, 0.1) + hold(m, lst, 0.1) + votes_from(m, lst, order[:2], 0.1)
     assert m.next_step == 1
     assert (cheat, payload_hash(cheat, 0, 1)) in {(f.peer_id, f.payload_hash) for f in of(out, FetchPayload)}
 
@@ -184,9 +195,11 @@ def test_only_the_designated_leader_of_an_epoch_may_propose() -> None:
     feed_all(m, 0, 0.0)
     out = m.on_message(proposal(0, 0, PEERS, leader=order[1]), 0.1)
     assert of(out, Penalize) == [Penalize(order[1], 0, "invalid_list")] and not published(out, Vote)
-    out = m.on_message(InclusionList(RUN_ID, 0, 0, "stranger", entries_for(0, PEERS)), 0.1)
+    out = m.on_message(InclusionList(RUN_ID, 0, 0, "stranger", entries_for(0, PEERS),
+                                     signatures=(SIG,) * len(PEERS)), 0.1)
     assert Penalize("stranger", 0, "invalid_list") in out
-    bad = InclusionList(RUN_ID, 0, 0, order[0], (*entries_for(0, PEERS), ("zz", payload_hash("zz", 0))))
+    bad = InclusionList(RUN_ID, 0, 0, order[0], (*entries_for(0, PEERS), ("zz", payload_hash("zz", 0))),
+                        signatures=(SIG,) * (len(PEERS) + 1))
     assert Penalize(order[0], 0, "invalid_list") in m.on_message(bad, 0.1)
     assert m.next_step == 0 and m.counters["invalid_list"] == 3
 
@@ -241,6 +254,7 @@ def test_votes_from_different_epochs_do_not_add_up() -> None:
     m = machine(order[3])
     lst0, lst1 = proposal(0, 0, PEERS), proposal(0, 1, PEERS)
     m.on_message(lst0, 0.0)
+    hold(m, lst0, 0.0)
     votes_from(m, lst0, [order[0]], 0.1)  # with our own vote: 2 of 4 in epoch 0
     votes_from(m, lst1, [order[1]], 0.1)  # same list, but epoch 1
     assert m.next_step == 0 and m.counters["votes_cast"] == 1
@@ -298,7 +312,8 @@ def test_two_votes_in_one_epoch_are_penalised_and_only_the_first_counts() -> Non
     votes_from(m, a, [order[1]], 0.1)
     out = votes_from(m, b, [order[1]], 0.1)
     assert out == [Penalize(order[1], 0, "vote_equivocation")]
-    m.on_message(b, 0.2)  # we vote for b: with order[1]'s second vote it would look like 2 of 4
+    m.on_message(b, 0.2)
+    hold(m, b, 0.2)  # we vote for b: with order[1]'s second vote it would look like 2 of 4
     votes_from(m, b, [order[0]], 0.2)
     assert m.decided_list(0) is None  # 3 "votes" for b, but only 2 count
     votes_from(m, b, [order[2]], 0.3)

@@ -1,4 +1,4 @@
-"""Announcement topic: delivery to all subscribers, the 4 KiB publish limit, validator hook, signing."""
+"""Announcement topic: delivery to all subscribers, the 16 KiB publish limit, validator hook, signing."""
 
 from __future__ import annotations
 

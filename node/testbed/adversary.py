@@ -1,0 +1,97 @@
+"""A test-only adversary: the real ``distro-node`` daemon with a few functions replaced, one kind of attack
+each. Not reachable from the product (no flag or config selects it; it lives with the test and bench
+machinery in node/testbed/); attack tests and benches start it as a process beside honest daemons
+(tests/peer/peer_procs.py ``Procs.start_adversary``), so every message it sends is correctly signed by its
+own key, as a real attacker's would be.
+
+Kinds:
+    forge-list  as leader, names a hash of its choosing for every other peer's entry and signs those
+                entries itself (it cannot sign in their name): the leader-chooses-the-aggregate attack.
+    equivocate  signs and announces a second, different payload for every step (and serves both).
+
+Run: python -m distro_node.node.testbed.adversary KIND join ARGS...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from distro_node.node.cli.main import main
+from distro_node.node.peer.announcer import Announcer
+from distro_node.node.peer.intake import GossipDecoder
+from distro_node.protocol import authorship
+from distro_node.protocol.consensus import agreement, round_state
+from distro_node.protocol.messages import Announcement, InclusionList
+
+KINDS = ("forge-list", "equivocate")
+
+
+def _forge_lists() -> None:
+    signers: list[authorship.AuthorshipSigner] = []
+    original_init = authorship.AuthorshipSigner.__init__
+
+    def keep_signer(self: authorship.AuthorshipSigner, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        signers.append(self)
+
+    setattr(authorship.AuthorshipSigner, "__init__", keep_signer)  # noqa: B010 (a patch, on purpose)
+    build: Callable[..., InclusionList | None] = round_state.build_list
+
+    def forged(rnd: Any, roster: Any, run_id: bytes, epoch: int, leader: str,
+               *args: Any) -> InclusionList | None:
+        lst = build(rnd, roster, run_id, epoch, leader, *args)
+        if lst is None or not signers:
+            return lst
+        entries, signatures = [], []
+        for (peer, payload_hash), signature in zip(lst.entries, lst.signatures, strict=True):
+            if peer != leader:
+                payload_hash = hashlib.sha256(b"chosen by the leader" + payload_hash).digest()
+                signature = signers[-1].sign(lst.step, payload_hash)
+            entries.append((peer, payload_hash))
+            signatures.append(signature)
+        return dataclasses.replace(lst, entries=tuple(entries), signatures=tuple(signatures))
+
+    setattr(agreement, "build_list", forged)  # noqa: B010 (a patch, on purpose)
+    _send_own_messages_unchecked()
+
+
+def _send_own_messages_unchecked() -> None:
+    """py-libp2p runs our gossip validator on our own publishes too, and ours refuses a forged list: an
+    attacker's daemon skips that check for what it sends itself."""
+    original = GossipDecoder.validate
+
+    def lenient(self: GossipDecoder, sender: Any, data: bytes) -> bool:
+        return True if str(sender) == self._self_id else original(self, sender, data)
+
+    setattr(GossipDecoder, "validate", lenient)  # noqa: B010 (a patch, on purpose)
+
+
+def _equivocate() -> None:
+    original = Announcer.announce
+
+    async def twice(self: Announcer, s: int, done: Any, phases: dict[str, float]) -> int:
+        size = await original(self, s, done, phases)
+        if size and done.data is not None:
+            other = bytes(done.data[:-1]) + bytes([done.data[-1] ^ 1])  # another payload: a flipped bit
+            digest = self._store.put(s, other)
+            signature = self._signer.sign(s, digest)
+            self._outbox.publish(Announcement(self._run_id, s, self._self_id, digest, len(other),
+                                              self._trainer.weights_hash, signature))
+        return size
+
+    setattr(Announcer, "announce", twice)  # noqa: B010 (a patch, on purpose)
+
+
+PATCHES: dict[str, Callable[[], None]] = {"forge-list": _forge_lists, "equivocate": _equivocate}
+
+
+if __name__ == "__main__":
+    kind, argv = sys.argv[1], sys.argv[2:]
+    if kind not in PATCHES:
+        raise SystemExit(f"unknown adversary kind {kind!r}; one of {', '.join(KINDS)}")
+    PATCHES[kind]()
+    raise SystemExit(main(argv))
