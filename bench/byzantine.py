@@ -1,0 +1,159 @@
+"""Byzantine peers against real daemons: what each attack costs an honest swarm, and that it changes nothing.
+
+Each configuration starts real ``distro-node join`` daemons on loopback (tiny preset): N - 1 honest ones
+and, unless the attack is ``none`` (the honest-only run), one adversary (node/testbed/adversary.py: the
+real daemon with one attack patched in, every message signed by its own key). The honest peers train
+``--steps`` steps; the bench reads their step events and /metrics and records:
+
+- honest step rate over the steps after ``--warm``, and the slowdown against the honest-only run (the same
+  N - 1 honest peers without the adversary) and against ``all-honest`` (N honest peers: on one machine
+  the adversary's process takes CPU from the honest ones, which no attack-free run of N - 1 shows);
+- safety: every honest peer's weights hash equal at every step; honest peers banned (must be 0);
+- what the defences saw: gossip refused for forged signatures, bans of the attacker (step, reason).
+
+    .venv/bin/python bench/byzantine.py                       # 4 peers, every attack, 30 steps each
+    .venv/bin/python bench/byzantine.py --attacks none,forge-list --steps 12 --out /tmp/b.json
+
+Every daemon is stopped by pid (SIGTERM, bounded wait, SIGKILL), whatever happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from _common import RESULTS_DIR, write_json
+from distro_node.node.join_process import CLI, PeerProc, PeerWaitError, join_args
+from distro_node.node.testbed.adversary import KINDS
+from prometheus_client.parser import text_string_to_metric_families
+
+ADVERSARY = [sys.executable, "-m", "distro_node.node.testbed.adversary"]
+RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-timeout", "3"]
+LOGGING = ["--log-format", "json"]
+STOP_GRACE_S = 20.0
+BASELINES = ("none", "all-honest")  # N - 1 honest peers alone; N honest peers
+
+
+class ByzantineBenchError(RuntimeError):
+    """A configuration did not run to its last step; the message says which peer and what it printed."""
+
+
+def _metrics(p: PeerProc) -> dict[str, dict[str, float]]:
+    with urllib.request.urlopen(str(p.info()["metrics_url"]), timeout=10) as reply:
+        text = reply.read().decode()
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            out.setdefault(sample.name, {})[label] = sample.value
+    return out
+
+
+def _stop(peers: list[PeerProc]) -> None:
+    for p in peers:
+        p.signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in peers:
+        try:
+            p.wait_exit(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        p.reap()
+
+
+def run_one(attack: str, peers: int, steps: int, warm: int, log_dir: Path, wait_s: float) -> dict[str, Any]:
+    """One swarm: N - 1 honest daemons and, unless ``attack`` is none, the adversary, to ``steps`` steps."""
+    honest_n = peers if attack == "all-honest" else peers - 1
+    cohort = honest_n if attack in BASELINES else peers
+    local = ["--steps", str(steps + 5)]  # the last steps are not measured: a stop is not part of a run
+    founder_args = [*CLI, "join", *RUN, *local, "--genesis-peers", str(cohort), *LOGGING]
+    founder = PeerProc(founder_args, "peer0", log_dir)
+    procs = [founder]
+    try:
+        command = join_args(str(founder.info()["join_command"]))
+        for i in range(1, honest_n):
+            procs.append(PeerProc([*CLI, "join", *command, *local, *LOGGING], f"peer{i}", log_dir))
+        attacker = None
+        if attack not in BASELINES:
+            attacker = PeerProc([*ADVERSARY, attack, "join", *command, *local, *LOGGING], "attacker", log_dir)
+            procs.append(attacker)
+        honest = procs[:honest_n]
+        t0 = time.monotonic()
+        for p in honest:
+            p.wait_step(steps - 1, max(1.0, wait_s - (time.monotonic() - t0)))
+        metrics = {p.name: _metrics(p) for p in honest}
+        attacker_id = str(attacker.info()["peer_id"]) if attacker is not None else None
+    except PeerWaitError as exc:
+        raise ByzantineBenchError(f"{attack}: {exc}") from None
+    finally:
+        _stop(procs)
+    rows = {p.name: p.steps() for p in honest}
+    diverged = [s for s in range(steps) if len({rows[n][s]["weights_hash"] for n in rows}) != 1]
+    bans = {p.name: [e for e in p.events if e.get("event") == "banned"] for p in honest}
+    honest_ids = {str(p.info()["peer_id"]) for p in honest}
+    founder_rows = rows["peer0"]
+    span = founder_rows[steps - 1]["t"] - founder_rows[warm]["t"]
+    return {
+        "attack": attack,
+        "peers": cohort,
+        "honest_peers": honest_n,
+        "steps": steps,
+        "measured_steps": [warm, steps - 1],
+        "honest_steps_per_s": round((steps - 1 - warm) / span, 3) if span > 0 else None,
+        "honest_hashes_equal_every_step": not diverged,
+        "diverged_steps": diverged,
+        "honest_banned": sorted({e["peer"] for b in bans.values() for e in b if e["peer"] in honest_ids}),
+        "attacker_bans": {n: [(e["step"], e["reason"]) for e in b if e["peer"] == attacker_id]
+                          for n, b in bans.items()},
+        "gossip_rejected": {n: m.get("distro_gossip_rejected_total", {}) for n, m in metrics.items()},
+        "epochs_above_0": sum(1 for s in range(steps) if founder_rows[s]["epoch"] > 0),
+        "included_min": min(founder_rows[s]["included"] for s in range(steps)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--peers", type=int, default=4,
+                        help="daemons per attacked swarm, the adversary included (honest-only: one fewer)")
+    parser.add_argument("--steps", type=int, default=30, help="steps the honest peers train (default 30)")
+    parser.add_argument("--warm", type=int, default=3, help="steps left out of the rate (start-up)")
+    parser.add_argument("--attacks", default=",".join((*BASELINES, *KINDS)),
+                        help=f"comma-separated: the baselines {', '.join(BASELINES)} and the adversary kinds "
+                             f"({', '.join(KINDS)})")
+    parser.add_argument("--wait", type=float, default=600.0, help="seconds one configuration may take")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "byzantine.json")
+    args = parser.parse_args(argv)
+    attacks = [a for a in args.attacks.split(",") if a]
+    unknown = [a for a in attacks if a not in BASELINES and a not in KINDS]
+    if unknown or args.peers < 4 or not 0 <= args.warm < args.steps - 1:
+        parser.error(f"unknown attacks {unknown}" if unknown else "need --peers >= 4, --warm < --steps - 1")
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="byzantine-") as tmp:
+        for attack in attacks:
+            log_dir = Path(tmp) / attack
+            log_dir.mkdir()
+            print(f"[byzantine] {attack}: {args.peers} peers, {args.steps} steps", flush=True)
+            results.append(run_one(attack, args.peers, args.steps, args.warm, log_dir, args.wait))
+    for baseline in BASELINES:
+        base = next((r["honest_steps_per_s"] for r in results if r["attack"] == baseline), None)
+        for r in results:
+            rate = r["honest_steps_per_s"]
+            r[f"slowdown_vs_{baseline.replace('-', '_')}"] = round(base / rate, 3) if base and rate else None
+    path = write_json(args.out, {"configs": results})
+    for r in results:
+        print(f"[byzantine] {r['attack']}: {r['honest_steps_per_s']} steps/s, slowdown "
+              f"{r['slowdown_vs_none']} (vs all-honest {r['slowdown_vs_all_honest']}), hashes equal "
+              f"{r['honest_hashes_equal_every_step']}, honest banned {r['honest_banned']}", flush=True)
+    print(f"[byzantine] wrote {path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
