@@ -20,8 +20,6 @@ Every daemon is stopped by pid (SIGTERM, bounded wait, SIGKILL), whatever happen
 from __future__ import annotations
 
 import argparse
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import RESULTS_DIR, write_json
-from distro_node.node.join_process import CLI, PeerProc, PeerWaitError, join_args
+from distro_node.node.join_process import CLI, PeerProc, PeerWaitError, join_args, stop_all
 from distro_node.node.testbed.adversary import KINDS
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -54,18 +52,6 @@ def _metrics(p: PeerProc) -> dict[str, dict[str, float]]:
             label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
             out.setdefault(sample.name, {})[label] = sample.value
     return out
-
-
-def _stop(peers: list[PeerProc]) -> None:
-    for p in peers:
-        p.signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in peers:
-        try:
-            p.wait_exit(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        p.reap()
 
 
 def run_one(attack: str, peers: int, steps: int, warm: int, log_dir: Path, wait_s: float) -> dict[str, Any]:
@@ -93,7 +79,7 @@ def run_one(attack: str, peers: int, steps: int, warm: int, log_dir: Path, wait_
     except PeerWaitError as exc:
         raise ByzantineBenchError(f"{attack}: {exc}") from None
     finally:
-        _stop(procs)
+        stop_all(procs, STOP_GRACE_S)
     rows = {p.name: p.steps() for p in honest}
     diverged = [s for s in range(steps) if len({rows[n][s]["weights_hash"] for n in rows}) != 1]
     bans = {p.name: [e for e in p.events if e.get("event") == "banned"] for p in honest}

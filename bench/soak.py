@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +40,7 @@ from typing import Any
 
 from _common import RESULTS_DIR, write_json
 from distro_node.node.cli.status_scrape import StatusError, scrape
-from distro_node.node.join_process import JoinCommandError, PeerProc, PeerWaitError, join_args
+from distro_node.node.join_process import JoinCommandError, PeerProc, PeerWaitError, join_args, stop_all
 
 # The daemon's own CLI with one prefixed stderr line per log record of its package loggers and py-libp2p's,
 # not propagated so join's own handler (node/logs.py) does not print them twice; join runs with
@@ -110,18 +108,7 @@ def start_swarm(n: int, run_args: list[str], log_dir: Path, wait_s: float) -> li
 
 
 def stop(peers: list[PeerProc]) -> dict[str, int | None]:
-    """SIGTERM every live daemon (it finishes its round and says goodbye), bounded wait, then SIGKILL."""
-    for p in peers:
-        p.signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    codes: dict[str, int | None] = {}
-    for p in peers:
-        try:
-            codes[p.name] = p.wait_exit(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:  # still running: the reap below kills it
-            codes[p.name] = None
-        p.reap()
-    return codes
+    return stop_all(peers, STOP_GRACE_S)
 
 
 def stderr_counts(text: str) -> dict[str, int]:

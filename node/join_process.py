@@ -146,3 +146,19 @@ class PeerProc:
             self.proc.wait(timeout=10)
         finally:
             self._stderr.close()
+
+
+def stop_all(peers: Sequence[PeerProc], grace_s: float) -> dict[str, int | None]:
+    """SIGTERM every live daemon (it finishes its round and says goodbye), wait at most ``grace_s`` for all
+    of them, then reap (SIGKILL what is still running). Returns each exit code, None for a killed one."""
+    for p in peers:
+        p.signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    codes: dict[str, int | None] = {}
+    for p in peers:
+        try:
+            codes[p.name] = p.wait_exit(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:  # still running: the reap below kills it
+            codes[p.name] = None
+        p.reap()
+    return codes

@@ -20,10 +20,9 @@ class EvidencePool:
     def __init__(self, cap: int = 64) -> None:
         self._cap = cap
         self._held: dict[str, Equivocation] = {}  # peer -> first proof against it, in arrival order
-        self._settled: set[str] = set()  # peers a decided list already named: never proposed again
 
     def add(self, proof: Equivocation, counters: Counters) -> None:
-        if proof.peer in self._held or proof.peer in self._settled:
+        if proof.peer in self._held:
             return
         if len(self._held) >= self._cap:
             counters.count("evidence_cap")
@@ -31,17 +30,18 @@ class EvidencePool:
         self._held[proof.peer] = proof
         counters.count("evidence_held")
 
-    def pending(self, excluded: Collection[str]) -> tuple[Equivocation, ...]:
-        """What our next list carries: the oldest proofs against peers not already banned, in the list's
-        canonical order (sorted by peer)."""
-        waiting = [p for peer, p in self._held.items() if peer not in excluded][:MAX_EVIDENCE]
+    def pending(self, banned: Collection[str]) -> tuple[Equivocation, ...]:
+        """What our next list carries: the oldest proofs against peers not already ``banned``, in the list's
+        canonical order (sorted by peer). Proofs against banned peers are dropped: bans are never lifted."""
+        self.settle([peer for peer in self._held if peer in banned])
+        waiting = list(self._held.values())[:MAX_EVIDENCE]
         return tuple(sorted(waiting, key=lambda p: p.peer))
 
     def settle(self, peers: Iterable[str]) -> None:
-        """These peers were named by a decided list (or banned): their proofs have done their work."""
+        """These peers were named by a decided list (or banned): their proofs have done their work. Should
+        one equivocate again before its ban is in force, the new proof is merely held until then."""
         for peer in peers:
             self._held.pop(peer, None)
-            self._settled.add(peer)
 
 
 __all__ = ["EvidencePool"]

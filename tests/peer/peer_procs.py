@@ -9,15 +9,17 @@ Processes are killed by pid and reaped by the ``procs`` fixture, whatever the te
 from __future__ import annotations
 
 import sys
+import urllib.request
 from pathlib import Path
 
 from distro_node.node.join_process import CHILD_ENV, CLI, Event, PeerProc, join_args
 from distro_node.protocol.consensus import leader_order
+from prometheus_client.parser import text_string_to_metric_families
 
 ADVERSARY = "distro_node.node.testbed.adversary"
 
 __all__ = ["CHILD_ENV", "CLI", "Event", "PeerProc", "Procs", "assert_finished_without", "assert_identical",
-           "ban_step", "leader"]
+           "ban_step", "gossip_rejected", "leader"]
 
 
 class Procs:
@@ -57,6 +59,14 @@ class Procs:
     def reap_all(self) -> None:
         for p in self.all:
             p.reap()
+
+
+def gossip_rejected(metrics_url: str) -> dict[str, float]:
+    """A daemon's ``distro_gossip_rejected_total`` by reason, read from its /metrics."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
+        text = reply.read().decode()
+    return {s.labels["reason"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "distro_gossip_rejected_total"}
 
 
 def leader(run_id_hex: str, step: int, peers: list[str]) -> str:

@@ -5,7 +5,6 @@ listed what the peer speaks), and counts every refused message by reason in
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Callable
 
 import pytest
@@ -20,20 +19,12 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
-from peer_procs import Procs
-from prometheus_client.parser import text_string_to_metric_families
+from peer_procs import Procs, gossip_rejected
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(180)]
 
 RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--log-level", "info"]
 GARBAGE = 20
-
-
-def _rejected(metrics_url: str) -> dict[str, float]:
-    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
-        text = reply.read().decode()
-    return {s.labels["reason"]: s.value for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == "distro_gossip_rejected_total"}
 
 
 async def _gossip_garbage(addr: str, run_id: bytes, while_connected: Callable[[], object]) -> None:
@@ -73,7 +64,7 @@ def test_foreign_peer_is_ignored_and_its_garbage_counted(procs: Procs) -> None:
 
     trio.run(_gossip_garbage, info["addrs"][0], bytes.fromhex(info["run_id"]), three_more_steps)
     founder.wait_step(max(founder.steps()) + 1, 60)  # and after it left
-    counts = _rejected(info["metrics_url"])
+    counts = gossip_rejected(info["metrics_url"])
     # Not msgpack at all. py-libp2p's own gossipsub passes on at most 10 of its publishes a second, so
     # fewer than GARBAGE may arrive; every one that does is refused and counted.
     assert counts["unpack"] >= 1, counts

@@ -7,23 +7,13 @@ replicas stay bit-identical (threats: "A leader chooses the whole aggregate").
 
 from __future__ import annotations
 
-import urllib.request
-
 import pytest
-from peer_procs import PeerProc, Procs, assert_identical, leader
-from prometheus_client.parser import text_string_to_metric_families
+from peer_procs import Procs, assert_identical, gossip_rejected, leader
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
 
 RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-timeout", "3"]
 LONG = ["--steps", "100000"]  # never reached: the test ends once the attacker led two steps
-
-
-def _rejected(p: PeerProc) -> dict[str, float]:
-    with urllib.request.urlopen(str(p.info()["metrics_url"]), timeout=10) as reply:
-        text = reply.read().decode()
-    return {s.labels["reason"]: s.value for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == "distro_gossip_rejected_total"}
 
 
 def test_forged_entries_are_refused_and_the_forger_never_decides_a_step(procs: Procs) -> None:
@@ -40,7 +30,7 @@ def test_forged_entries_are_refused_and_the_forger_never_decides_a_step(procs: P
     last = led[-1] + 1
     for p in honest:
         p.wait_step(last, 240)
-    rejected = [_rejected(p).get("signature", 0.0) for p in honest]
+    rejected = [gossip_rejected(str(p.info()["metrics_url"])).get("signature", 0.0) for p in honest]
     assert sum(rejected) >= 1, rejected
     assert_identical(honest, range(last + 1))
     for p in honest:
