@@ -4,7 +4,7 @@ Gossip carries only the small signed messages of the round protocol (announcemen
 statuses, heartbeats, goodbyes). The encoding is a msgpack array ``[CODEC_VERSION, message.to_dict()]``: the
 dict's ``kind`` field is the type tag and :func:`.messages.message_from_dict` the strict door for its fields.
 
-Peer bytes are unpacked with every msgpack cap set from the 16 KiB gossip limit (buffer, bin, str, array,
+Peer bytes are unpacked with every msgpack cap set from the 32 KiB gossip limit (buffer, bin, str, array,
 map), ``strict_map_key`` and an ``ext_hook`` that refuses extension types, and a fresh unpack per call (no
 shared ``Unpacker`` that a failure could leave in a bad state). Every failure is a :class:`CodecError` with
 a bounded ``reason``.
@@ -22,10 +22,11 @@ from typing import Any
 
 import msgpack
 
-from .authorship import forged_part
+from .claims import forged_part
 from .gossip import MAX_ANNOUNCEMENT_BYTES
 from .messages import (
     Announcement,
+    Certificate,
     Goodbye,
     Heartbeat,
     InclusionList,
@@ -36,8 +37,8 @@ from .messages import (
     message_from_dict,
 )
 
-CODEC_VERSION = 2  # 2: payload authorship signatures (announcements, list entries, evidence)
-# An inclusion list holds at most 1024 entries by type, but the 16 KiB gossip cap bounds any
+CODEC_VERSION = 3  # 2: payload authorship signatures; 3: signed prevotes/precommits, pol, certificates
+# An inclusion list holds at most 1024 entries by type, but the 32 KiB gossip cap bounds any
 # honest message far below that; the array cap is one more guard on top of the byte cap.
 _MAX_ARRAY = 1100
 _MAX_MAP = 16
@@ -113,8 +114,11 @@ def decode_message(data: bytes, limit: int = MAX_ANNOUNCEMENT_BYTES) -> Message:
         raise CodecError("message", f"{type(exc).__name__}: {exc}"[:200]) from None
 
 
-def author_of(message: Message) -> str:
-    """The peer a message speaks for, which must be the peer that signed it."""
+def author_of(message: Message) -> str | None:
+    """The peer a message speaks for, which must be the peer that signed it; None for a certificate, which
+    speaks for the quorum whose precommits it carries and may be relayed by anyone."""
+    if isinstance(message, Certificate):
+        return None
     if isinstance(message, Announcement | Heartbeat | Goodbye | Status):
         return message.peer_id
     if isinstance(message, InclusionList):
@@ -127,7 +131,7 @@ def author_of(message: Message) -> str:
 def check_author(message: Message, signer: str) -> None:
     """Raise :class:`CodecError` ("author") unless ``signer`` (libp2p ``from_id``) is the message's author."""
     author = author_of(message)
-    if author != signer:
+    if author is not None and author != signer:
         raise CodecError("author", f"{type(message).__name__} for {author[:60]!r} signed by {signer[:60]!r}")
 
 

@@ -9,10 +9,11 @@ Facts about py-libp2p 0.8.1 this module is shaped by (checked in the installed s
 - Inbound frames are capped by ``Pubsub(max_inbound_rpc_size=...)`` before the body is read; over-cap frames
   reset the stream. Set explicitly, at 1 MiB: honest peers batch several messages and control data into one
   RPC up to their 1 MiB outbound split size, so a lower cap would make us reset honest peers. Each message
-  inside is then held to our 16 KiB limit by the validator (rejected, not forwarded).
+  inside is then held to our 32 KiB limit by the validator (rejected, not forwarded).
 - Gossipsub's built-in spam guard rejects more than ``max_messages_per_topic_per_second`` (default 10) per
   forwarder, *including our own publishes*, silently. A swarm of N peers relays N announcements per round
-  through each forwarder, so we raise the limit; real rate limiting belongs to our peer scoring.
+  through each forwarder, so we raise the limit; the real per-peer limit is ours, per signer, in the
+  validator (``max_messages_per_peer_per_second``, node/peer/rate_limit.py).
 - Catch-up traffic bypasses the per-peer outbound queue: when a peer subscribes (or its pubsub stream is
   re-opened) ``GossipSub.send_recent_messages`` writes the whole message-cache window (every message of the
   last ``gossip_window`` heartbeats: 600-900 measured in the 4-peer join test) straight onto the new stream,
@@ -49,9 +50,10 @@ from .wire import reset_quietly
 
 logger = logging.getLogger(__name__)
 
-# An inclusion list entry is about 160 bytes with its author signature (peer id, hash, signature), so 16 KiB
-# holds a list of about 100 peers plus a few equivocation proofs; every other message is under 300 bytes.
-MAX_ANNOUNCEMENT_BYTES = 16 * 1024
+# An inclusion list entry is about 160 bytes with its author signature (peer id, hash, signature) and a
+# signed vote inside a re-proposal's pol or a certificate about 120, so 32 KiB holds the certificate of a
+# list of about 100 peers (2/3 of them voting) plus a few equivocation proofs; a lone vote is about 250 bytes.
+MAX_ANNOUNCEMENT_BYTES = 32 * 1024
 # go-libp2p-pubsub's default and py-libp2p 0.8.1's outbound split size; see module docstring.
 INBOUND_RPC_LIMIT = 1024 * 1024
 # py-libp2p 0.8.1's per-peer outbound queue holds 32 RPCs (OutBoundQueueSize); keep bursts below half of it.
@@ -84,6 +86,10 @@ class GossipConfig:
     degree_high: int = 8
     heartbeat_interval: int = 1
     max_messages_per_topic_per_second: float = 1000.0
+    # Our own per-signer limit (node/peer/rate_limit.py), applied by the validator before decoding: about 8x
+    # an honest peer's rate at the tiny preset, with room for a catch-up burst.
+    max_messages_per_peer_per_second: float = 200.0
+    max_peer_burst: int = 400
     receive_buffer: int = 1024
     deliver_own: bool = False
     publish_timeout: float = 10.0
@@ -94,6 +100,8 @@ class GossipConfig:
     def __post_init__(self) -> None:
         if not 0 < self.max_message_bytes <= self.max_inbound_rpc_bytes:
             raise ValueError("GossipConfig.max_message_bytes must be in 1..max_inbound_rpc_bytes")
+        if not (self.max_messages_per_peer_per_second > 0 and self.max_peer_burst >= 1):
+            raise ValueError("GossipConfig needs max_messages_per_peer_per_second > 0, max_peer_burst >= 1")
         if not 0 < self.degree_low <= self.degree <= self.degree_high:
             raise ValueError("GossipConfig needs 0 < degree_low <= degree <= degree_high")
         if not 0 < self.stuck_after < self.publish_timeout:

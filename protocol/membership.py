@@ -130,9 +130,26 @@ class Roster:
         return None
 
     def quorum_size(self, departed: Collection[str] = ()) -> int:
-        """Smallest strict majority of the active peers, not counting ``departed`` ones."""
+        """Smallest strict majority of the active peers, not counting ``departed`` ones: how many payloads a
+        list must include (:meth:`has_quorum`)."""
         voters = sum(1 for p in self._eligible if p not in departed)
         return voters // 2 + 1
+
+    def faults_tolerated(self) -> int:
+        """f, the most Byzantine peers among the n active ones that agreement survives: n >= 3f + 1."""
+        return max(0, (len(self._eligible) - 1) // 3)
+
+    def vote_quorum(self, departed: Collection[str] = ()) -> int:
+        """How many signed votes decide: ceil((n' + f + 1) / 2), n' the active peers not ``departed``.
+
+        Any two such quorums share at least f + 1 voters, so at least one honest one, and an honest voter
+        never backs two lists (protocol/consensus/agreement.py): 2f + 1 of n = 3f + 1, a strict majority
+        when f = 0. f comes from the whole active roster, so the quorums of two replicas of which only one
+        saw a goodbye still share f + 1 voters; a peer that said goodbye leaves the count only where its
+        (self-signed) goodbye was seen, and the roster at the next step.
+        """
+        voters = sum(1 for p in self._eligible if p not in departed)
+        return (voters + self.faults_tolerated()) // 2 + 1
 
     def has_quorum(self, lst: InclusionList, known_left: Collection[str]) -> bool:
         """Partition rule: a list must include a strict majority of the active roster.

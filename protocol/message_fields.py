@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Self
 
 HASH_BYTES = 32
 RUN_ID_BYTES = 32
@@ -103,3 +103,20 @@ def id_bytes(peer_id: str) -> bytes:
     """A peer id length-prefixed for hashing, so no two different id sequences give the same bytes."""
     raw = peer_id.encode()
     return len(raw).to_bytes(2, "big") + raw
+
+
+class FlatMessage:
+    """``to_dict``/``from_dict`` for a message whose fields are all plain values (no nested messages):
+    the dict is ``kind`` plus exactly ``FIELDS``, and the dataclass's own checks judge the values."""
+
+    KIND: ClassVar[str]
+    FIELDS: ClassVar[tuple[str, ...]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, **{f: getattr(self, f) for f in self.FIELDS}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        check_keys(cls.KIND, data, cls.FIELDS)
+        return cls(**{f: data[f] for f in cls.FIELDS})
+

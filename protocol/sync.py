@@ -184,11 +184,18 @@ SnapshotProvider = Callable[[ID, bool], Awaitable[Snapshot | None]]
 
 
 class StateServer:
-    """Serves snapshots cut by ``provider``; keeps the last ``keep`` for chunk requests (bounded memory)."""
+    """Serves snapshots cut by ``provider``; keeps the last ``keep`` for chunk requests (bounded memory).
+
+    ``admit`` judges each requester first: a refused one (banned, or over its request rate) is answered
+    ``BUSY`` before anything is read from the state. A snapshot description costs its cut (serializing and
+    hashing the whole state, GBs at the large presets) unless the cached one still fits, so any connected
+    host asking again and again must not be able to make us do that work at will.
+    """
 
     def __init__(self, host: P2PHost, run_id: bytes, provider: SnapshotProvider, *, keep: int = 2,
-                 timeout: float = 120.0) -> None:
+                 timeout: float = 120.0, admit: Callable[[ID, str], bool] | None = None) -> None:
         self.host = host
+        self.admit = admit
         self.run_id = run_id
         self.provider = provider
         self.keep = keep
@@ -226,6 +233,8 @@ class StateServer:
         if not isinstance(req, dict) or req.get("run_id") != self.run_id:
             return RpcStatus.BAD_REQUEST, b""
         op = req.get("op")
+        if self.admit is not None and not self.admit(remote, op if op in ("meta", "chunk") else "other"):
+            return RpcStatus.BUSY, b""
         if op == "meta" and set(req) == {"op", "run_id", "genesis"} and isinstance(req["genesis"], bool):
             snapshot = await self.provider(remote, req["genesis"])
             if snapshot is None:

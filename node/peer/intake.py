@@ -11,7 +11,8 @@ deterministic) are one entry with a count. An entry is only missing when the map
 message was delivered again after py-libp2p forgot it had seen it (its seen cache expires): then the loop
 decodes it once itself, and :attr:`GossipDecoder.redecoded` counts it.
 
-Rejected messages are counted by reason (``banned``, or the codec's metric-safe reason) in
+Rejected messages are counted by reason (``banned``, ``rate`` for a signer over its message rate
+(node/peer/rate_limit.py), or the codec's metric-safe reason) in
 :attr:`GossipDecoder.rejected` and reported through ``on_rejected``. Messages protocol/gossip.py refuses
 before calling us (over its size cap) are not seen here.
 """
@@ -35,6 +36,7 @@ from .announcements import AnnouncementLog
 from .changes import ChangeSignal
 from .driver import RoundDriver
 from .output import Output
+from .rate_limit import PeerRateLimit
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +56,10 @@ class BanList(Protocol):
 
 class GossipDecoder:
     def __init__(self, *, self_id: str, run_id: bytes, bans: BanList,
-                 on_rejected: Callable[[str], None] | None = None, capacity: int = DECODED_CAPACITY) -> None:
+                 on_rejected: Callable[[str], None] | None = None, capacity: int = DECODED_CAPACITY,
+                 rate: PeerRateLimit | None = None) -> None:
         self._self_id = self_id
+        self._rate = rate
         self._run_id = run_id
         self._bans = bans
         self._on_rejected = on_rejected
@@ -70,6 +74,9 @@ class GossipDecoder:
         author = str(sender)
         if author != self._self_id and self._bans.is_banned(author):
             self._reject("banned")
+            return False
+        if author != self._self_id and self._rate is not None and not self._rate.allow(author):
+            self._reject("rate")
             return False
         try:
             msg = decode_signed(data, author, self._run_id)
@@ -170,7 +177,7 @@ class GossipIntake:
                 logger.debug("dropping gossip from %s: %s", item.sender, exc)
                 continue
             if len(self._heard) < HEARD_CAP:
-                self._heard.add(author_of(msg))
+                self._heard.add(author_of(msg) or item.sender.to_base58())
             if isinstance(msg, Announcement) and self._may_remember(msg.step):
                 self._announcements.remember(msg, trio.current_time())
             if self._holding or self._driver.machine is None:

@@ -25,6 +25,7 @@ from distro_node.protocol.gossip import GossipConfig, open_gossip
 from distro_node.protocol.host import HostConfig, P2PHost, open_host
 from distro_node.protocol.identity import load_or_create_identity
 from distro_node.protocol.manifest_rpc import install_manifest_server
+from distro_node.protocol.signatures import signer_for
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.sync import StateServer
 from distro_node.protocol.transfer import PayloadServer, TransferConfig
@@ -52,10 +53,12 @@ from .options import PeerError, PeerOptions
 from .outbox import Outbox
 from .output import Output
 from .payloads import ByteCounters, CountingStore, DecodedPayloads
+from .rate_limit import PeerRateLimit
 from .resync import Resyncer
 from .scoring import RoundScorer
 from .snapshots import GenesisCohort, SnapshotDesk
 from .startup import RunSource, Startup, emit_listening, obtain_manifest
+from .state_gate import StateRequestGate
 from .state_sync import SyncContext
 from .step_report import StepReporter
 from .telemetry import Telemetry
@@ -193,8 +196,11 @@ class PeerNode:
         """Join the gossip, start every task, get our starting state, train, leave."""
         opts, out, changes, host = self.opts, self.out, self._changes, run.host
         counted = run.telemetry.gossip_rejected if run.telemetry is not None else None
-        decoder = GossipDecoder(self_id=run.self_id, run_id=run.run_id, bans=self.bans, on_rejected=counted)
         gossip_cfg = GossipConfig(publish_timeout=5.0)
+        rate = PeerRateLimit(gossip_cfg.max_messages_per_peer_per_second, gossip_cfg.max_peer_burst,
+                             trio.current_time)
+        decoder = GossipDecoder(self_id=run.self_id, run_id=run.run_id, bans=self.bans, on_rejected=counted,
+                                rate=rate)
         async with (
             open_gossip(host, run.run_id, validator=decoder.validate, config=gossip_cfg) as gossip,
             trio.open_nursery() as nursery,
@@ -215,7 +221,8 @@ class PeerNode:
             cohort = GenesisCohort(run.self_id, opts.genesis_peers, changes) if self.founder else None
             snapshots = SnapshotDesk(cohort=cohort, driver=driver, resync=resyncer, trainer=run.trainer,
                                      compute_limit=self._compute_limit, changes=changes)
-            StateServer(host, run.run_id, snapshots.provide).install()
+            gate = StateRequestGate(self.bans, trio.current_time)
+            StateServer(host, run.run_id, snapshots.provide, admit=gate).install()
             emit_listening(out, host, opts, run.manifest, self_id=run.self_id, founder=self.founder,
                            metrics_url=run.telemetry.url if run.telemetry is not None else None)
             stop = StopRequest(out=out, changes=changes, leave_budget=opts.leave_budget)
@@ -236,7 +243,8 @@ class PeerNode:
                 out.emit("error", f"error: {exc}", reason=str(exc))
                 nursery.cancel_scope.cancel()
                 return 1
-            machine = RoundMachine(run.round_config, run.self_id, state, trio.current_time())
+            machine = RoundMachine(run.round_config, run.self_id, state, trio.current_time(),
+                                   signer_for(run.host.key_pair.private_key))
             driver.start(machine)
             intake.release()
             nursery.start_soon(driver.run_timer)

@@ -8,8 +8,12 @@ Kinds:
     forge-list  as leader, names a hash of its choosing for every other peer's entry and signs those
                 entries itself (it cannot sign in their name): the leader-chooses-the-aggregate attack.
     equivocate  signs and announces a second, different payload for every step (and serves both).
+    double-vote with every prevote and precommit it casts, signs and sends one for another list.
+    jump-epochs with every status it sends, sends one for an epoch 500 later.
 
-Run: python -m distro_node.node.testbed.adversary KIND join ARGS...
+Kinds combine: ``double-vote,jump-epochs`` applies both patches.
+
+Run: python -m distro_node.node.testbed.adversary KIND[,KIND...] join ARGS...
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from distro_node.node.cli.main import main
 from distro_node.node.peer.announcer import Announcer
 from distro_node.node.peer.intake import GossipDecoder
 from distro_node.protocol import authorship
-from distro_node.protocol.consensus import agreement, round_state
+from distro_node.protocol.ballots import Status, Vote, vote_statement
+from distro_node.protocol.consensus import agreement, epochs, round_state
+from distro_node.protocol.consensus.actions import Publish
 from distro_node.protocol.messages import Announcement, InclusionList
 
-KINDS = ("forge-list", "equivocate")
+KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs")
 
 
 def _forge_lists() -> None:
@@ -86,12 +92,44 @@ def _equivocate() -> None:
     setattr(Announcer, "announce", twice)  # noqa: B010 (a patch, on purpose)
 
 
-PATCHES: dict[str, Callable[[], None]] = {"forge-list": _forge_lists, "equivocate": _equivocate}
+def _double_vote() -> None:
+    original: Callable[..., None] = agreement._cast
+
+    def twice(rnd: Any, phase: int, ballot: tuple[int, bytes], me: Any, out: list[Any]) -> None:
+        original(rnd, phase, ballot, me, out)
+        epoch, digest = ballot
+        other = hashlib.sha256(b"another list" + digest).digest()
+        run = me.config.run_id
+        signature = me.sign(vote_statement(run, rnd.step, epoch, phase, me.self_id, other))
+        out.append(Publish(Vote(run, rnd.step, epoch, phase, me.self_id, other, signature)))
+
+    setattr(agreement, "_cast", twice)  # noqa: B010 (a patch, on purpose)
+
+
+def _jump_epochs() -> None:
+    original: Callable[..., None] = epochs.enter_epoch
+
+    def jump(rnd: Any, epoch: int, me: Any, out: list[Any]) -> None:
+        before = len(out)
+        original(rnd, epoch, me, out)
+        for action in out[before:]:
+            if isinstance(action, Publish) and isinstance(action.message, Status):
+                far = dataclasses.replace(action.message, epoch=action.message.epoch + 500)
+                out.append(Publish(far))
+
+    setattr(epochs, "enter_epoch", jump)  # noqa: B010 (a patch, on purpose)
+
+
+PATCHES: dict[str, Callable[[], None]] = {
+    "forge-list": _forge_lists, "equivocate": _equivocate, "double-vote": _double_vote,
+    "jump-epochs": _jump_epochs,
+}
 
 
 if __name__ == "__main__":
-    kind, argv = sys.argv[1], sys.argv[2:]
-    if kind not in PATCHES:
-        raise SystemExit(f"unknown adversary kind {kind!r}; one of {', '.join(KINDS)}")
-    PATCHES[kind]()
+    kinds, argv = sys.argv[1].split(","), sys.argv[2:]
+    for kind in kinds:
+        if kind not in PATCHES:
+            raise SystemExit(f"unknown adversary kind {kind!r}; one of {', '.join(KINDS)}")
+        PATCHES[kind]()
     raise SystemExit(main(argv))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..messages import Announcement, InclusionList, Status, Vote
+from ..messages import Announcement, Certificate, InclusionList, Status, Vote
 
 PENALTY_REASONS: tuple[str, ...] = (
     "equivocation",  # two different signed payloads for the same step (announcements or list entries)
@@ -22,13 +22,11 @@ PENALTY_REASONS: tuple[str, ...] = (
 RESYNC_REASONS: tuple[str, ...] = (
     "weights_diverged",  # our weights hash differs from the majority of the included peers
     "behind",  # a majority of the roster is ahead of us
-    "conflict",  # we saw a different valid list for a step we already decided
     "unapplicable",  # the decided list names a payload we cannot get or that is invalid
 )
 MEMBERSHIP_CHANGES: tuple[str, ...] = ("warming", "activated", "dropped_missed", "left")
 CONFLICT_KINDS: tuple[str, ...] = (
-    "later_proposal",  # a designated leader proposed a different list in an epoch after our decision
-    "vote_majority",  # a majority voted for a different list: only possible with lying voters
+    "certificate",  # a quorum's signed precommits for another list: more than f peers lied
 )
 
 
@@ -46,12 +44,13 @@ class FetchPayload:
     sources: tuple[str, ...]
 
 
-Published = Announcement | InclusionList | Vote | Status
+Published = Announcement | InclusionList | Vote | Status | Certificate
 
 
 @dataclass(frozen=True)
 class Publish:
-    """Sign and gossip ``message``: our proposal, our vote or our status for a new epoch (the machine
+    """Gossip ``message``: our proposal, our signed vote, our status for a new epoch, a certificate for a
+    laggard (the machine
     already holds and counted them), or our announcement again because the round stalled and the first copy
     may have been lost. One action for every message we send, because the driver does the same with each.
     """
@@ -114,10 +113,11 @@ class ResyncNeeded:
 
 @dataclass(frozen=True)
 class ListConflict:
-    """Evidence that some replica may decide a different list for ``step`` than we did.
+    """Proof that a different list than ours was decided for ``step``: a certificate for it.
 
-    The vote rule makes this impossible among honest peers, so it means lying peers or a bug; ``kind`` is
-    in :data:`CONFLICT_KINDS`. The next round's weights-hash check tells who diverged.
+    Agreement makes this impossible while at most f of n >= 3f + 1 peers lie, so it says the run's trust
+    assumption broke (or a bug): reported loudly, never answered with a resync, since neither side's word
+    is better than the other's. ``kind`` is in :data:`CONFLICT_KINDS`.
     """
 
     step: int

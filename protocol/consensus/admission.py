@@ -16,11 +16,12 @@ Messages for steps we already decided go to :mod:`.laggards` instead (the caller
 
 from __future__ import annotations
 
+from ..ballots import Certificate, Status, Vote
 from ..evidence import Equivocation
-from ..messages import Announcement, Goodbye, Heartbeat, InclusionList, Message, Status, Vote
+from ..messages import Announcement, Goodbye, Heartbeat, InclusionList, Message
 from .actions import Action, Penalize
 from .context import Local
-from .epochs import catch_up
+from .epochs import follow_roster
 from .round_state import PayloadKey, RoundState
 from .window import StepWindow
 
@@ -35,12 +36,13 @@ def admit(msg: Message, me: Local, window: StepWindow) -> bool:
     if msg.run_id != me.config.run_id:
         me.counters.count("wrong_run")
         return False
+    if isinstance(msg, Certificate):
+        return True  # relayed by anyone, speaks for its signers: says nothing about its publisher
     author, step = _author(msg)
     if author == me.self_id and not isinstance(msg, InclusionList):
         # Our own message echoed back: we counted it when we sent it. A heartbeat or goodbye of ours
-        # teaches nothing, but time passed, so the rules still run. Our own proposal goes on like anyone's:
-        # the round already holds it, or it re-proposes a decided list to a laggard, which we then vote for
-        # in that epoch too (laggards.on_decided_proposal).
+        # teaches nothing, but time passed, so the rules still run. Our own proposal goes on like anyone's
+        # (the round already holds it).
         if isinstance(msg, Announcement):
             me.counters.count("duplicate_announcement")
         return isinstance(msg, Heartbeat | Goodbye)
@@ -48,13 +50,21 @@ def admit(msg: Message, me: Local, window: StepWindow) -> bool:
     if isinstance(msg, Goodbye):
         me.liveness.goodbye(author, me.now, msg.step, protected)
         return True
+    if step is not None and step + me.config.history_steps < window.frontier:
+        # A sign of life from far behind the window: a replay of an old signed message (py-libp2p forgets
+        # message ids after 120 s), or a peer that must resync before it can take part. Either way it must
+        # not make a dead peer look alive, which would have leaders wait for it.
+        me.counters.count("stale_step")
+        return False
     if me.liveness.observe(author, me.now, step, protected):
         return True
     me.counters.count("untracked_peer")
     return isinstance(msg, InclusionList | Heartbeat)
 
 
-def _author(msg: Message) -> tuple[str, int | None]:
+def _author(
+    msg: Announcement | InclusionList | Vote | Status | Heartbeat | Goodbye,
+) -> tuple[str, int | None]:
     """Who speaks, and the step it is working on where the message says so: announcements and heartbeats
     do; a proposal, vote or status may be about an old step (answering a laggard), so it proves nothing
     about its sender's progress (what :func:`.progress.check_behind` reads) or return after a goodbye."""
@@ -167,11 +177,15 @@ def add_proposal(lst: InclusionList, me: Local, window: StepWindow, out: list[Ac
         me.counters.count("list_cap")
         return False
     rnd.proposals[key] = digest
+    if lst.pol_epoch >= 0:
+        rnd.justifications[key] = (lst.pol_epoch, lst.pol)
     rnd.contents.setdefault(digest, lst)
     _entries_against_announcements(lst, rnd, me, window, out)
-    if window.governing_roster(lst.step).is_eligible(lst.leader):
+    roster = window.governing_roster(lst.step)
+    if roster.is_eligible(lst.leader):
         rnd.see(me.now)
-        catch_up(rnd, lst.epoch, me)
+        rnd.statuses[lst.leader] = max(lst.epoch, rnd.statuses.get(lst.leader, 0))  # it is in that epoch
+        follow_roster(rnd, roster, me)
     return True
 
 
@@ -184,26 +198,28 @@ def _make_room_for_proposal(rnd: RoundState, epoch: int, cap: int) -> bool:
         return False
     digest = rnd.proposals.pop(oldest)
     rnd.checked.discard(oldest)
-    mine = rnd.my_vote is not None and rnd.my_vote[1] == digest
-    if not mine and digest not in rnd.proposals.values():
+    rnd.justifications.pop(oldest, None)
+    kept = {b[1] for b in (rnd.lock, rnd.valid) if b is not None}
+    if digest not in kept and digest not in rnd.proposals.values():
         rnd.contents.pop(digest, None)
     return True
 
 
 def add_vote(vote: Vote, rnd: RoundState, me: Local, out: list[Action]) -> bool:
-    """Keep a vote (decided step or not); False if the per-step cap refused it."""
-    if vote.voter not in rnd.votes and len(rnd.votes) >= me.config.max_announcements_per_step:
+    """Keep a signed vote (decided step or not); False if the per-step cap refused it."""
+    votes = rnd.votes_of(vote.phase)
+    if vote.voter not in votes and len(votes) >= me.config.max_announcements_per_step:
         me.counters.count("vote_cap")
         return False
-    if not rnd.note_vote(vote.voter, (vote.epoch, vote.digest)):
+    if not rnd.note_vote(vote.phase, vote.voter, (vote.epoch, vote.digest, vote.signature)):
         me.counters.count("vote_equivocation")
         out.append(Penalize(vote.voter, vote.step, "vote_equivocation"))
     return True
 
 
 def add_status(status: Status, me: Local, window: StepWindow) -> bool:
-    """Keep a status for an undecided step: the peer's epoch, and its latest vote; True if the rules should
-    run now. A status from the roster for a later epoch moves us there too (:func:`.epochs.catch_up`)."""
+    """Keep a status for an undecided step; True if the rules should run now. A status from the roster for
+    a later epoch reached by f + 1 of the roster moves us there too (:func:`.epochs.follow_roster`)."""
     rnd = round_for(status.step, me, window)
     if rnd is None:
         return False
@@ -212,10 +228,7 @@ def add_status(status: Status, me: Local, window: StepWindow) -> bool:
         me.counters.count("vote_cap")
         return False
     rnd.statuses[status.peer_id] = max(status.epoch, rnd.statuses.get(status.peer_id, 0))
-    if window.governing_roster(status.step).is_eligible(status.peer_id):
-        catch_up(rnd, status.epoch, me)
-    if status.voted_digest is not None and (status.peer_id in rnd.votes or len(rnd.votes) < cap):
-        rnd.note_vote(status.peer_id, (status.voted_epoch, status.voted_digest))
+    follow_roster(rnd, window.governing_roster(status.step), me)
     return True
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..membership import LivenessView, Roster, RosterRules
+from ..signatures import Signer
 from .config import RoundConfig
 
 # Fixed counter names, so they can become metric labels.
@@ -29,6 +30,7 @@ COUNTERS: tuple[str, ...] = (
     "list_equivocation",
     "vote_equivocation",
     "list_conflict",
+    "conflicting_claim",
     "below_quorum_list",
     "vote_cap",
     "unexpected_payload_event",
@@ -66,6 +68,7 @@ class Local:
     leaving: bool  # we said goodbye: we neither vote nor lead any more
     liveness: LivenessView
     counters: Counters
+    sign: Signer  # signs a vote statement with our key (pure for the machine: a deterministic function)
 
     def is_voter(self, roster: Roster) -> bool:
         return roster.is_eligible(self.self_id) and not self.leaving

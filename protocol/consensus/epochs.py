@@ -10,23 +10,38 @@ next-ranked peer leads, and so on, cycling through the roster while the step sta
 min(k, 4) leader timeouts (``round_state.epoch_length``), so a swarm whose gossip delays have grown still
 decides. An epoch whose leader said goodbye or has been silent for ``liveness_timeout`` (while most of the
 roster is heard from) is left at once (:func:`skip_absent_leaders`; epoch 0 once its leader would have
-proposed). A peer that hears of a later epoch from the roster jumps to it (:func:`catch_up`), which
-re-aligns replicas whose rounds started at different times.
+proposed). A peer that hears of a later epoch from f + 1 roster peers jumps to it (:func:`follow_roster`),
+which re-aligns replicas whose rounds started at different times.
 
 None of this touches safety: entering an epoch only promises not to vote in earlier ones, and what is
-decided rests on vote quorums (:mod:`.agreement`). Time only decides how fast progress is.
+decided rests on signed vote quorums and locks (:mod:`.agreement`). Time only decides how fast progress is.
 """
 
 from __future__ import annotations
 
+from ..ballots import Status
 from ..membership import Roster
-from ..messages import Status
 from .actions import Action, Publish, RoundStalled
 from .context import Local
 from .round_state import RoundState, designated_leader
 
 # Bounded jump: a lying peer can waste epochs (leaders' turns), never make us skip past the limit.
 MAX_EPOCH_JUMP = 1000
+
+
+def follow_roster(rnd: RoundState, roster: Roster, me: Local) -> None:
+    """Jump to the latest epoch that f + 1 roster peers reached (their statuses, or a leader's proposal).
+
+    f + 1 of them include an honest one, so a liar alone cannot drag us into epochs nobody else is in.
+    That matters for progress, not safety: each jump restarts our epoch clock, and a liar sending ever later
+    statuses would otherwise keep every leader from finishing an epoch, and the step from being decided.
+    """
+    reached = sorted(
+        (e for p, e in rnd.statuses.items() if p != me.self_id and roster.is_eligible(p)), reverse=True
+    )
+    f = roster.faults_tolerated()
+    if len(reached) > f:
+        catch_up(rnd, reached[f], me)
 
 
 def catch_up(rnd: RoundState, epoch: int, me: Local) -> None:
@@ -138,7 +153,7 @@ def skip_absent_leaders(
 
 
 def enter_epoch(rnd: RoundState, epoch: int, me: Local, out: list[Action]) -> None:
-    """Entering epoch e >= 1 promises never to vote below e and reports our latest vote.
+    """Entering epoch e >= 1 promises never to vote below e, and says so in a status.
 
     Non-voters (warming newcomers) send statuses too, without a vote: a status is also how a peer that
     missed a decision asks the deciders for their votes and the list (see :mod:`.laggards`).
@@ -148,9 +163,8 @@ def enter_epoch(rnd: RoundState, epoch: int, me: Local, out: list[Action]) -> No
     rnd.promised = epoch
     if epoch == 0:
         return
-    voted_epoch, voted_digest = rnd.my_vote if rnd.my_vote is not None else (-1, None)
     rnd.statuses[me.self_id] = epoch
-    out.append(Publish(Status(me.config.run_id, rnd.step, epoch, me.self_id, voted_epoch, voted_digest)))
+    out.append(Publish(Status(me.config.run_id, rnd.step, epoch, me.self_id)))
 
 
 def check_stall(rnd: RoundState, order: tuple[str, ...], epoch: int, me: Local, out: list[Action]) -> None:

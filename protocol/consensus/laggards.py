@@ -1,102 +1,104 @@
-"""Steps we already decided: helping peers that are still deciding them, and spotting conflicting lists.
+"""Steps we already decided: certificates for peers still deciding them, and conflicting claims.
 
-A replica that decided a step still answers statuses for it (its status carries its vote, and it
-re-proposes the decided list when it leads the asked epoch), so a peer that missed votes catches up. The
-decided list is the only one that can be decided anyway, so repeating it is always safe.
+A replica that decided a step holds its certificate: the signed precommits of a quorum of the step's roster
+(:mod:`.agreement`). A peer still in that step (its status says so) is sent the certificate with the list,
+and decides from it on its own check, without trusting the sender; so a laggard catches up whoever answers,
+and a stranger cannot talk it into anything.
 
-A different list that could still be decided for such a step (a later epoch's proposal, a majority of votes)
-is impossible among honest peers: it means lying peers or a bug, so it is reported and answered with a
-resync; the next round's weights-hash check tells who diverged.
+A different list for a decided step is only a conflict when it comes with its own certificate, which means
+more than f peers signed both ways: reported loudly (``ListConflict``), never answered with a resync.
+Anything less (a later epoch's proposal, a few votes) is a claim, not a decision: an honest leader that
+missed the decision may well propose something else, and nothing can decide it, so it is counted and
+dropped.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections import Counter
-
+from ..ballots import PRECOMMIT, Certificate, Status
+from ..inclusion_list import InclusionList
 from ..membership import Roster
-from ..messages import InclusionList, Status, Vote
 from .actions import Action, ListConflict, Publish
+from .agreement import decide
 from .context import Local
-from .leader_rank import leader_order
-from .progress import Resyncs
-from .round_state import RoundState, designated_leader
+from .round_state import RoundState
+from .window import StepWindow
 
 
-def on_decided_proposal(
-    rnd: RoundState, roster: Roster | None, lst: InclusionList, resyncs: Resyncs, me: Local, out: list[Action]
-) -> None:
-    """A proposal for a decided step: vote again for our list (helps laggards), report a different one."""
-    if roster is None or rnd.decided_digest is None or rnd.decided_epoch is None:
-        me.counters.count("stale_step")
-        return
-    order = leader_order(me.config.run_id, rnd.step, roster.eligible())
-    if designated_leader(order, lst.epoch) != lst.leader:
-        me.counters.count("invalid_list")
-        return
-    digest = lst.digest()
-    if digest == rnd.decided_digest:
-        if me.is_voter(roster) and (rnd.my_vote is None or lst.epoch > rnd.my_vote[0]):
-            rnd.my_vote = (lst.epoch, digest)
-            rnd.note_vote(me.self_id, rnd.my_vote)
-            me.counters.count("votes_cast")
-            out.append(Publish(Vote(me.config.run_id, rnd.step, lst.epoch, me.self_id, digest)))
-        else:
-            me.counters.count("duplicate_list")
-    elif lst.epoch > rnd.decided_epoch:
-        _report_conflict(rnd, digest, lst.leader, "later_proposal", resyncs, me, out)
-    else:
-        me.counters.count("stale_step")  # an older epoch's proposal that lost
+def on_decided_proposal(rnd: RoundState, lst: InclusionList, me: Local) -> None:
+    """A proposal for a step we decided: the same list again is a duplicate, any other a mere claim."""
+    me.counters.count("duplicate_list" if lst.digest() == rnd.decided_digest else "conflicting_claim")
 
 
-def check_decided_votes(
-    rnd: RoundState, roster: Roster | None, resyncs: Resyncs, me: Local, out: list[Action]
-) -> None:
-    """After a vote for a decided step: a majority for another list means some replica may decide it."""
+def check_decided_votes(rnd: RoundState, roster: Roster | None, me: Local, out: list[Action]) -> None:
+    """After a vote for a decided step: a quorum of precommits for another list is a certificate for it."""
     if roster is None:
         return
     eligible = set(roster.eligible())
-    tally = Counter(b for p, b in rnd.votes.items() if p in eligible)
-    quorum = roster.quorum_size(me.left())
-    for (_epoch, digest), count in tally.items():
-        if count >= quorum and digest != rnd.decided_digest:
-            voter = next(p for p, b in rnd.votes.items() if b[1] == digest)
-            _report_conflict(rnd, digest, voter, "vote_majority", resyncs, me, out)
+    quorum = roster.vote_quorum(me.left())
+    for ballot, count in rnd.tally(PRECOMMIT, eligible).items():
+        if count >= quorum and ballot[1] != rnd.decided_digest:
+            voters = [p for p, _ in rnd.endorsements(PRECOMMIT, ballot, eligible)]
+            _report_conflict(rnd, ballot[1], voters[0], me, out)
             return
 
 
-def _report_conflict(
-    rnd: RoundState, digest: bytes, source: str, kind: str, resyncs: Resyncs, me: Local, out: list[Action]
-) -> None:
+def certified(cert: Certificate, roster: Roster, me: Local) -> bool:
+    """Whether the certificate's precommits come from a quorum of the step's active roster (their
+    signatures were checked at the gossip door)."""
+    voters = [voter for voter, _ in cert.precommits]
+    return all(roster.is_eligible(v) for v in voters) and len(voters) >= roster.vote_quorum(me.left())
+
+
+def on_certificate(cert: Certificate, me: Local, window: StepWindow, out: list[Action]) -> bool:
+    """Decide a step from a certificate, or report a certified conflict; True if the rules should run."""
+    step = cert.step
+    roster = window.rosters.get(step)
+    if roster is None or step > window.frontier + me.config.max_future_steps:
+        me.counters.count("stale_step" if step < window.frontier else "future_step")
+        return False
+    if not certified(cert, roster, me):
+        me.counters.count("conflicting_claim")
+        return False
+    lst = cert.decided
+    digest = lst.digest()
+    done = window.decided_round(step)
+    if done is not None:
+        if digest != done.decided_digest:
+            _report_conflict(done, digest, cert.precommits[0][0], me, out)
+        else:
+            me.counters.count("duplicate_list")
+        return False
+    if step != window.frontier:
+        me.counters.count("future_step")  # its roster is a guess until the steps before it are decided
+        return False
+    rnd = window.open_round(step, me.now)
+    rnd.contents.setdefault(digest, lst)
+    decide(rnd, roster, (lst.epoch, digest), cert.precommits, window, me, out)
+    return True
+
+
+def _report_conflict(rnd: RoundState, digest: bytes, source: str, me: Local, out: list[Action]) -> None:
     me.counters.count("list_conflict")
     if rnd.decided_digest is None or rnd.conflict_reported:
         return
     rnd.conflict_reported = True
-    out.append(ListConflict(rnd.step, rnd.decided_digest, digest, source, kind))
-    resyncs.request(rnd.step, "conflict", None, me, out)
+    out.append(ListConflict(rnd.step, rnd.decided_digest, digest, source, "certificate"))
 
 
 def answer_laggard(
     rnd: RoundState, roster: Roster | None, status: Status, me: Local, out: list[Action]
 ) -> None:
-    """Someone is still trying to decide a step we decided: tell it our vote, and if we lead the epoch
-    it is in, propose the decided list again.
+    """Someone is still trying to decide a step we decided: send it our certificate.
 
     Answers are rate limited per step (newer epochs only, at most one per half leader timeout), so
     statuses from any peer, voter or not, cost a bounded amount of gossip.
     """
-    if roster is None or rnd.decided is None or status.epoch <= rnd.answered_epoch:
+    if roster is None or rnd.decided is None or not rnd.certificate:
         return
-    if not me.is_voter(roster):
+    if status.epoch <= rnd.answered_epoch:
         return
     if rnd.answered_at is not None and me.now - rnd.answered_at < me.config.leader_timeout / 2:
         return
     rnd.answered_epoch = status.epoch
     rnd.answered_at = me.now
-    if rnd.my_vote is not None:
-        epoch = max(status.epoch, rnd.my_vote[0] + 1)
-        out.append(Publish(Status(me.config.run_id, rnd.step, epoch, me.self_id, *rnd.my_vote)))
-    order = leader_order(me.config.run_id, rnd.step, roster.eligible())
-    if designated_leader(order, status.epoch) == me.self_id and rnd.proposed_epoch < status.epoch:
-        rnd.proposed_epoch = status.epoch
-        out.append(Publish(dataclasses.replace(rnd.decided, epoch=status.epoch, leader=me.self_id)))
+    out.append(Publish(Certificate(rnd.decided, rnd.certificate)))

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from ..ballots import Certificate, Status, Vote
 from ..membership import LivenessView, Roster, RosterRules, SyncState
-from ..messages import Announcement, Goodbye, Heartbeat, InclusionList, Message, Status, Vote, check_peer_id
+from ..messages import Announcement, Goodbye, Heartbeat, InclusionList, Message, check_peer_id
+from ..signatures import Signer
 from . import admission, agreement, epochs, laggards, progress
 from .actions import Action, Penalize
 from .bans import Bans
@@ -36,10 +38,13 @@ class RoundMachine:
     up to ``max_tracked_peers``.
     """
 
-    def __init__(self, config: RoundConfig, self_id: str, state: SyncState, now: float) -> None:
+    def __init__(
+        self, config: RoundConfig, self_id: str, state: SyncState, now: float, signer: Signer
+    ) -> None:
         check_peer_id("self_id", self_id)
         self.config = config
         self.self_id = self_id
+        self._sign = signer
         self._rules = RosterRules(
             warmup_rounds=config.warmup_rounds,
             max_missed_rounds=config.max_missed_rounds,
@@ -163,7 +168,7 @@ class RoundMachine:
             done = w.decided_round(msg.step)
             if done is None:
                 return admission.add_proposal(msg, me, w, out)
-            laggards.on_decided_proposal(done, w.rosters.get(msg.step), msg, self._resyncs, me, out)
+            laggards.on_decided_proposal(done, msg, me)
             return False
         if isinstance(msg, Vote):
             rnd = w.decided_round(msg.step) or admission.round_for(msg.step, me, w)
@@ -171,8 +176,10 @@ class RoundMachine:
                 return False
             if rnd.decided is None:
                 return True
-            laggards.check_decided_votes(rnd, w.rosters.get(msg.step), self._resyncs, me, out)
+            laggards.check_decided_votes(rnd, w.rosters.get(msg.step), me, out)
             return False
+        if isinstance(msg, Certificate):
+            return laggards.on_certificate(msg, me, w, out)
         if isinstance(msg, Status):
             done = w.decided_round(msg.step)
             if done is None:
@@ -305,7 +312,7 @@ class RoundMachine:
         if now > self._now:
             self._now = float(now)
         return Local(self.config, self._rules, self.self_id, self._now, self._leaving, self._liveness,
-                     self._counters)
+                     self._counters, self._sign)
 
     def _reset(self, state: SyncState) -> None:
         w = self._window
@@ -333,7 +340,8 @@ class RoundMachine:
             epoch = epochs.skip_absent_leaders(rnd, roster, order, epoch, bans.at(rnd.step), me)
             agreement.check_proposals(rnd, roster, order, me, out)
             epochs.enter_epoch(rnd, epoch, me, out)
-            agreement.vote(rnd, roster, bans, me, out)
+            agreement.prevote(rnd, roster, bans, me, out)
+            agreement.precommit(rnd, roster, bans, me, out)
             if agreement.try_decide(rnd, roster, w, me, out):
                 continue
             evidence = w.evidence.pending(bans.at(rnd.step))

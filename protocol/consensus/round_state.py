@@ -11,21 +11,26 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
+from ..ballots import PREVOTE
 from ..evidence import Equivocation
+from ..inclusion_list import Endorsements
 from ..membership import Roster
 from ..messages import Announcement, InclusionList
 
 PayloadKey = tuple[str, bytes]  # (peer_id, payload_hash)
 Ballot = tuple[int, bytes]  # (epoch, list digest)
+SignedBallot = tuple[int, bytes, bytes]  # (epoch, list digest, the voter's signature)
 
 
 @dataclass
 class RoundState:
     """Everything one replica knows about one step.
 
-    Agreement state follows single-decree Paxos, one instance per step: ``promised`` is the highest epoch
-    we entered (we never vote below it), ``my_vote`` our latest vote, ``votes`` every peer's latest known
-    vote (from its votes and statuses), ``statuses`` every peer's latest status epoch.
+    Agreement state (:mod:`.agreement`): ``promised`` is the highest epoch we entered (we never vote below
+    it); ``prevoted``/``precommitted`` the last epochs we cast each vote in; ``lock`` the ballot we last
+    precommitted, ``valid`` the newest ballot we saw a quorum of prevotes for, with those prevotes
+    (``valid_pol``); ``prevotes``/``precommits`` every peer's latest signed vote of each phase; ``statuses``
+    every peer's latest status epoch; ``certificate`` the precommits that decided the step.
     """
 
     step: int
@@ -43,10 +48,17 @@ class RoundState:
     checked: set[tuple[int, str]] = field(default_factory=set)  # proposals already checked vs the roster
     below_quorum: set[bytes] = field(default_factory=set)  # list digests we refused for too few payloads
     forged: set[tuple[int, str]] = field(default_factory=set)  # (epoch, leader) whose list forged entries
+    justifications: dict[tuple[int, str], tuple[int, Endorsements]] = field(default_factory=dict)  # pols
     promised: int = -1
-    my_vote: Ballot | None = None
-    votes: dict[str, Ballot] = field(default_factory=dict)
+    prevoted: int = -1
+    precommitted: int = -1
+    lock: Ballot | None = None
+    valid: Ballot | None = None
+    valid_pol: Endorsements = ()
+    prevotes: dict[str, SignedBallot] = field(default_factory=dict)
+    precommits: dict[str, SignedBallot] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
+    certificate: Endorsements = ()
     proposed_epoch: int = -1
     # Set when we jumped to a later epoch that peers already reached; our epoch clock restarts there.
     epoch_base: int = 0
@@ -120,12 +132,12 @@ class RoundState:
             f"e{e}:{peer(leader)}:{d.hex()[:8]}" for (e, leader), d in sorted(self.proposals.items())
         )
         announced = sorted(peer(p) for p in self.announcements)
-        votes = Counter(f"e{e}:{d.hex()[:8]}" for e, d in self.votes.values())
+        votes = Counter(f"e{e}:{d.hex()[:8]}" for e, d, _sig in self.precommits.values())
         statuses = Counter(self.statuses.values())
         return (
             f"epoch {epoch} (promised {self.promised}); announced {announced}; "
             f"validated {len(self.validated)}, invalid {len(self.invalid)}; proposals [{proposals}]; "
-            f"votes {dict(votes)}; my vote {self.my_vote[0] if self.my_vote else None}; "
+            f"precommits {dict(votes)}; lock {self.lock[0] if self.lock else None}; "
             f"statuses by epoch {dict(sorted(statuses.items()))}; lists known {len(self.contents)}"
         )
 
@@ -133,15 +145,31 @@ class RoundState:
         ann = self.announcements.get(key[0])
         return (ann is not None and ann.payload_hash == key[1]) or key in self.fetch_requested_at
 
-    def note_vote(self, peer: str, ballot: Ballot) -> bool:
-        """Keep each peer's latest vote only: a later epoch supersedes, which bounds memory per peer.
+    def votes_of(self, phase: int) -> dict[str, SignedBallot]:
+        return self.prevotes if phase == PREVOTE else self.precommits
 
-        Returns False if the peer already voted differently in the same epoch (vote equivocation).
+    def note_vote(self, phase: int, peer: str, vote: SignedBallot) -> bool:
+        """Keep each peer's latest vote of a phase only: a later epoch supersedes, which bounds memory per
+        peer (a quorum still forms, since honest peers vote in increasing epochs).
+
+        Returns False if the peer already cast a different vote of this phase in the same epoch: it signed
+        both, so that is equivocation.
         """
-        old = self.votes.get(peer)
-        if old is None or ballot[0] > old[0]:
-            self.votes[peer] = ballot
-        return old is None or old[0] != ballot[0] or old[1] == ballot[1]
+        votes = self.votes_of(phase)
+        old = votes.get(peer)
+        if old is None or vote[0] > old[0]:
+            votes[peer] = vote
+        return old is None or old[0] != vote[0] or old[1] == vote[1]
+
+    def tally(self, phase: int, voters: Collection[str]) -> Counter[Ballot]:
+        """How many of ``voters`` cast each ballot of ``phase`` (their latest vote only)."""
+        return Counter((e, d) for p, (e, d, _sig) in self.votes_of(phase).items() if p in voters)
+
+    def endorsements(self, phase: int, ballot: Ballot, voters: Collection[str]) -> Endorsements:
+        """The signed votes of ``voters`` for exactly ``ballot``, in the canonical (sorted) form."""
+        return tuple(sorted(
+            (p, sig) for p, (e, d, sig) in self.votes_of(phase).items() if p in voters and (e, d) == ballot
+        ))
 
 
 # Epoch k >= 1 lasts min(k, EPOCH_GROWTH_CAP) leader timeouts.

@@ -29,13 +29,18 @@ from distro_node.protocol.consensus.actions import (
 from distro_node.protocol.consensus.config import RoundConfig
 from distro_node.protocol.consensus.machine import RoundMachine
 from distro_node.protocol.membership import Roster, SyncState
-from distro_node.protocol.messages import Announcement, Goodbye, InclusionList, Status, Vote
+from distro_node.protocol.messages import Announcement, Certificate, Goodbye, InclusionList, Status, Vote
 
 RUN_ID = hashlib.sha256(b"distro-node test run").digest()
 GENESIS_WEIGHTS = hashlib.sha256(b"genesis weights").digest()
 # The machine trusts the gossip door (protocol/codec.py) to have checked every authorship signature, so its
 # tests need only well-formed ones (real signatures: tests/protocol/test_authorship.py).
 SIG = bytes(64)
+
+
+def unsigned(statement: bytes) -> bytes:
+    """The machine's vote signer in these tests: well-formed, never checked (the door is not modelled)."""
+    return SIG
 
 
 def test_config(**overrides: Any) -> RoundConfig:
@@ -69,6 +74,7 @@ class Replica:
     weights: bytes = GENESIS_WEIGHTS
     alive: bool = True
     silent: bool = False  # alive (heartbeats) but never announces
+    serves: bool = True  # hands out the payloads it holds
     equivocate: bool = False
     computing: bool = False
     announced_step: int = -1
@@ -120,7 +126,7 @@ class Swarm:
         state = SyncState(next_step=0, roster=Roster.genesis(self.ids))
         self.replicas: dict[str, Replica] = {}
         for peer in self.ids:
-            self._add(Replica(peer, RoundMachine(self.config, peer, state, self.now)))
+            self._add(Replica(peer, RoundMachine(self.config, peer, state, self.now, unsigned)))
 
     # ------------------------------------------------------------ scheduling
 
@@ -156,7 +162,7 @@ class Swarm:
     def join(self, peer: str, donor: str) -> Replica:
         """A newcomer syncs state and weights from ``donor`` and starts taking part."""
         d = self.replicas[donor]
-        replica = Replica(peer, RoundMachine(self.config, peer, d.machine.export_state(), self.now))
+        replica = Replica(peer, RoundMachine(self.config, peer, d.machine.export_state(), self.now, unsigned))
         replica.weights = d.weights
         self.ids = sorted([*self.ids, peer])
         self._add(replica)
@@ -167,7 +173,7 @@ class Swarm:
         so the agreement check still covers what it applied before the crash)."""
         r, d = self.replicas[peer], self.replicas[donor]
         state = d.machine.export_state()
-        r.machine = RoundMachine(self.config, peer, state, self.now)
+        r.machine = RoundMachine(self.config, peer, state, self.now, unsigned)
         r.weights = d.weights
         r.alive, r.computing, r.seen = True, False, set()
         r.announced_step = state.next_step - 1
@@ -198,7 +204,7 @@ class Swarm:
         self.at(self.now + self.rng.uniform(*self.delay), lambda: self._deliver(src, dst, msg))
 
     def _broadcast(self, src: Replica, msg: Any, only: Iterable[str] | None = None) -> None:
-        drop = self.list_drop if isinstance(msg, InclusionList | Vote | Status) else self.drop
+        drop = self.list_drop if isinstance(msg, InclusionList | Vote | Status | Certificate) else self.drop
         if isinstance(msg, Goodbye):
             drop = 0.0
         for peer in only if only is not None else self.ids:
@@ -208,7 +214,7 @@ class Swarm:
     def _deliver(self, src: Replica, dst: Replica, msg: Any) -> None:
         if not dst.alive or not self.linked(src.peer_id, dst.peer_id):
             return
-        flooded = isinstance(msg, InclusionList | Vote | Status)
+        flooded = isinstance(msg, InclusionList | Vote | Status | Certificate)
         first = flooded and msg not in dst.seen
         if flooded:
             dst.seen.add(msg)
@@ -220,7 +226,7 @@ class Swarm:
         key = (a.peer_id, a.payload_hash)
         holders = [
             h for h in self.replicas.values()
-            if h is not r and h.alive and key in h.holds and self.linked(h.peer_id, r.peer_id)
+            if h is not r and h.alive and h.serves and key in h.holds and self.linked(h.peer_id, r.peer_id)
         ]
         if holders:
             def done() -> None:

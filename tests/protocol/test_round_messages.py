@@ -10,6 +10,7 @@ from distro_node.protocol.consensus import RoundConfig, RoundConfigError
 from distro_node.protocol.messages import (
     MAX_LIST_PEERS,
     Announcement,
+    Certificate,
     Goodbye,
     Heartbeat,
     InclusionList,
@@ -28,9 +29,12 @@ SAMPLES: list[Any] = [
     Announcement(RUN, 3, "peerA", H1, 2_800_000, H2, SIG),
     InclusionList(RUN, 3, 1, "peerA", (("peerA", H1), ("peerB", H2)), ("peerC",), ("peerD",), (SIG, SIG)),
     InclusionList(RUN, 0, 0, "peerA", ()),
-    Vote(RUN, 3, 2, "peerB", H1),
-    Status(RUN, 3, 2, "peerB", 1, H1),
-    Status(RUN, 3, 1, "peerB", -1, None),
+    InclusionList(RUN, 3, 2, "peerA", (("peerA", H1),), (), (), (SIG,), (), 1,
+                  (("peerB", SIG), ("peerC", SIG))),
+    Vote(RUN, 3, 2, 0, "peerB", H1, SIG),
+    Vote(RUN, 3, 2, 1, "peerB", H1, SIG),
+    Status(RUN, 3, 2, "peerB"),
+    Certificate(InclusionList(RUN, 3, 1, "peerA", (("peerA", H1),), signatures=(SIG,)), (("peerA", SIG),)),
     Heartbeat(RUN, "peerA", 7, H2),
     Goodbye(RUN, "peerA", 8),
 ]
@@ -112,6 +116,9 @@ def test_digest_names_the_content_not_the_proposer() -> None:
     base = SAMPLES[1]
     same = InclusionList(RUN, 3, 9, "peerZ", base.entries, base.warming, base.departed, base.signatures)
     assert same.digest() == base.digest()
+    justified = InclusionList(RUN, 3, 9, "peerZ", base.entries, base.warming, base.departed, base.signatures,
+                              (), 4, (("peerB", SIG),))
+    assert justified.digest() == base.digest()  # a re-proposal with its pol proposes the very same value
     others = [
         InclusionList(RUN, 4, 1, "peerA", base.entries, base.warming, base.departed, base.signatures),
         InclusionList(RUN, 3, 1, "peerA", base.entries[:1], base.warming, base.departed, (SIG,)),
@@ -123,17 +130,29 @@ def test_digest_names_the_content_not_the_proposer() -> None:
     assert len({o.digest() for o in others} | {base.digest()}) == len(others) + 1
 
 
-def test_status_vote_consistency() -> None:
+def test_ballot_fields_are_checked() -> None:
     with pytest.raises(MessageError):
-        Status(RUN, 3, 2, "p", -1, H1)  # a digest without a vote
+        Status(RUN, 3, 0, "p")  # epoch 0 needs no status
     with pytest.raises(MessageError):
-        Status(RUN, 3, 2, "p", 1, None)
+        Vote(RUN, 3, -1, 0, "p", H1, SIG)
     with pytest.raises(MessageError):
-        Status(RUN, 3, 2, "p", 2, H1)  # a status reports votes from earlier epochs only
+        Vote(RUN, 3, 1, 2, "p", H1, SIG)  # phases are prevote (0) and precommit (1)
     with pytest.raises(MessageError):
-        Status(RUN, 3, 0, "p", -1, None)  # epoch 0 needs no status
+        Vote(RUN, 3, 1, 0, "p", H1, SIG[:10])
+    one = (("peerA", H1),)
+    with pytest.raises(MessageError):  # a pol from the list's own epoch or later proves nothing
+        InclusionList(RUN, 3, 1, "peerA", one, signatures=(SIG,), pol_epoch=1, pol=(("peerB", SIG),))
+    with pytest.raises(MessageError):  # a pol epoch without prevotes, or prevotes without an epoch
+        InclusionList(RUN, 3, 1, "peerA", one, signatures=(SIG,), pol_epoch=0)
     with pytest.raises(MessageError):
-        Vote(RUN, 3, -1, "p", H1)
+        InclusionList(RUN, 3, 1, "peerA", one, signatures=(SIG,), pol=(("peerB", SIG),))
+    with pytest.raises(MessageError):  # voters sorted and distinct: one canonical form
+        InclusionList(RUN, 3, 1, "peerA", one, signatures=(SIG,), pol_epoch=0,
+                      pol=(("peerB", SIG), ("peerB", SIG)))
+    with pytest.raises(MessageError):
+        Certificate(InclusionList(RUN, 3, 1, "peerA", one, signatures=(SIG,)), ())
+    with pytest.raises(MessageError):
+        message_from_dict({"kind": "certificate", "decided": {"kind": "vote"}, "precommits": []})
 
 
 def test_round_config_validation() -> None:

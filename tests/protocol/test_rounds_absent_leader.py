@@ -11,7 +11,7 @@ from distro_node.protocol.consensus.leader_rank import leader_order
 from distro_node.protocol.consensus.machine import RoundMachine
 from distro_node.protocol.membership import Roster, SyncState
 from distro_node.protocol.messages import Goodbye, Heartbeat, InclusionList, Status, Vote
-from protocol_swarm_sim import GENESIS_WEIGHTS, RUN_ID, Swarm, test_config
+from protocol_swarm_sim import GENESIS_WEIGHTS, RUN_ID, Swarm, test_config, unsigned
 from test_rounds import PEERS, ann, feed_all, machine, of, proposal, published, votes_from
 
 
@@ -25,14 +25,16 @@ def test_goodbye_of_the_epoch0_leader_hands_the_step_to_the_next_leader_at_once(
     m.on_message(Goodbye(RUN_ID, order[0], 0), 0.05)
     out = feed_all(m, 0, 0.1, order[1:])
     # Everyone still here is in: epoch 0 is over for its absent leader, long before the 2 s collect deadline.
-    assert [(st.epoch, st.voted_digest) for st in statuses(out)] == [(1, None)]
-    out = m.on_message(Status(RUN_ID, 0, 1, order[2], -1, None), 0.2)
+    assert [st.epoch for st in statuses(out)] == [1]
+    out = m.on_message(Status(RUN_ID, 0, 1, order[2]), 0.2)
+    assert not published(out, InclusionList)  # f = 1 of the roster of 4: all 3 left must be there
+    out = m.on_message(Status(RUN_ID, 0, 1, order[3]), 0.2)
     lst = published(out, InclusionList)[0]
     assert (lst.epoch, lst.leader, lst.departed) == (1, order[1], (order[0],))
     assert lst.peers == tuple(sorted(order[1:]))
     # A late epoch-0 list from the leaver can no longer win a vote here: we promised epoch 1 away.
     assert not published(m.on_message(proposal(0, 0, PEERS), 0.25), Vote)
-    out = votes_from(m, lst, [order[2]], 0.3)  # 2 of the 3 peers still voting decide
+    out = votes_from(m, lst, order[2:], 0.3)
     assert [a.step for a in of(out, ApplyInclusionList)] == [0] and m.next_step == 1
 
 
@@ -81,10 +83,10 @@ def test_every_absent_leader_in_a_row_is_skipped() -> None:
         m.on_message(Goodbye(RUN_ID, p, 0), 0.0)
     out = feed_all(m, 0, 0.1, order[2:])
     assert [st.epoch for st in statuses(out)] == [2]
-    out = m.on_message(Status(RUN_ID, 0, 2, order[3], -1, None), 0.2)
+    out = m.on_message(Status(RUN_ID, 0, 2, order[3]), 0.2)
     lst = published(out, InclusionList)[0]
     assert (lst.epoch, lst.departed) == (2, tuple(sorted(order[:2])))
-    out = m.on_message(Vote(RUN_ID, 0, 2, order[3], lst.digest()), 0.3)
+    out = votes_from(m, lst, [order[3]], 0.3)  # 2 goodbyes of 4: a quorum is (2 + f = 1) // 2 + 1 = 2
     assert [a.step for a in of(out, ApplyInclusionList)] == [0]
 
 
@@ -100,7 +102,7 @@ def test_present_leader_keeps_its_epoch() -> None:
 
 
 def test_non_voter_does_not_spin_epochs_when_every_leader_is_silent() -> None:
-    m = RoundMachine(test_config(), "newcomer", SyncState(0, Roster.genesis(PEERS)), now=0.0)
+    m = RoundMachine(test_config(), "newcomer", SyncState(0, Roster.genesis(PEERS)), now=0.0, signer=unsigned)
     m.on_message(ann(PEERS[0], 0), 0.0)
     seen: list[int] = []
     for t in (5.0, 5.05, 5.1, 10.0):

@@ -36,7 +36,7 @@ def test_a_list_naming_a_withheld_payload_gets_no_vote_and_the_next_epoch_decide
     out = m.on_tick(3.0)  # epoch 1: ours
     for p in PEERS:
         if p not in (me, withholder):  # the honest peers did not vote in epoch 0 either
-            out += m.on_message(Status(RUN_ID, 0, 1, p, -1, None), 3.0)
+            out += m.on_message(Status(RUN_ID, 0, 1, p), 3.0)
     lists = published(out, InclusionList)
     assert len(lists) == 1 and withholder not in lists[0].peers and len(lists[0].peers) == 3
     honest = [p for p in PEERS if p not in (me, withholder)]
@@ -56,6 +56,6 @@ def test_an_epoch_whose_leader_forged_its_list_is_left_at_once() -> None:
     assert [s.epoch for s in statuses] == [1]  # left epoch 0 at once, well before its 3 s end
     for p in PEERS:
         if p not in (me, forger):
-            out += m.on_message(Status(RUN_ID, 0, 1, p, -1, None), 0.2)
+            out += m.on_message(Status(RUN_ID, 0, 1, p), 0.2)
     lists = published(out, InclusionList)
     assert len(lists) == 1 and lists[0].epoch == 1 and len(lists[0].peers) == 4

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from distro_node.protocol.ballots import PRECOMMIT, PREVOTE
 from distro_node.protocol.consensus.actions import (
     ApplyInclusionList,
     FetchPayload,
@@ -19,7 +20,7 @@ from distro_node.protocol.consensus.actions import (
 from distro_node.protocol.consensus.leader_rank import leader_order
 from distro_node.protocol.consensus.machine import RoundInputError
 from distro_node.protocol.messages import InclusionList, MessageError, Vote
-from protocol_swarm_sim import RUN_ID, Replica, Swarm
+from protocol_swarm_sim import RUN_ID, SIG, Replica, Swarm
 from test_rounds import PEERS, ann, feed_all, machine, of, proposal, published
 
 
@@ -90,8 +91,9 @@ def test_a_decided_list_naming_a_banned_peer_is_still_fetched_and_applied() -> N
     lst = proposal(0, 0, PEERS)
     m.on_message(lst, 0.1)
     out: list[Any] = []
-    for v in [p for p in PEERS if p != voter][:3]:
-        out += m.on_message(Vote(RUN_ID, 0, 0, v, lst.digest()), 0.2)
+    for phase in (PREVOTE, PRECOMMIT):
+        for v in [p for p in PEERS if p != voter][:3]:
+            out += m.on_message(Vote(RUN_ID, 0, 0, phase, v, lst.digest(), SIG), 0.2)
     assert m.next_step == 1
     assert victim in {f.peer_id for f in of(out, FetchPayload)}
     for p, h in lst.entries:

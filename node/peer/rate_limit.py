@@ -1,0 +1,40 @@
+"""Per-signer token buckets for gossip: one peer cannot make us decode, check and forward without bound.
+
+Why per signer and before decoding: every gossip message costs a decode, signature checks (several in a list
+or certificate) and round-machine work, and a valid one is forwarded to our mesh. An honest peer sends a
+few messages a step (announcement, two votes, sometimes a status, list or certificate, heartbeats), about
+25 a second at the tiny preset's 7 steps a second, with bursts when it catches up; a flooding one is cut to
+the configured rate, and what it sends beyond that is neither delivered nor forwarded (py-libp2p's own
+envelope signature check still runs first, which we cannot avoid).
+
+Memory is bounded: at most ``max_peers`` buckets, the least recently used evicted first (a fresh bucket is
+full, so eviction can only make us more lenient toward a peer, never block an honest one).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+
+class PeerRateLimit:
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float], max_peers: int = 4096) -> None:
+        if not (rate > 0 and burst >= 1 and max_peers >= 1):
+            raise ValueError("PeerRateLimit needs rate > 0, burst >= 1 and max_peers >= 1")
+        self._rate = rate
+        self._burst = float(burst)
+        self._clock = clock
+        self._max_peers = max_peers
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # peer -> (tokens, at)
+
+    def allow(self, peer: str) -> bool:
+        """Take one token from ``peer``'s bucket; False (nothing taken) if it is empty."""
+        now = self._clock()
+        tokens, at = self._buckets.get(peer, (self._burst, now))
+        tokens = min(self._burst, tokens + max(0.0, now - at) * self._rate)
+        allowed = tokens >= 1.0
+        self._buckets[peer] = (tokens - 1.0 if allowed else tokens, now)
+        self._buckets.move_to_end(peer)
+        while len(self._buckets) > self._max_peers:
+            self._buckets.popitem(last=False)
+        return allowed
