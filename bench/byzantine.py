@@ -1,17 +1,19 @@
 """Byzantine peers against real daemons: what each attack costs an honest swarm, and that it changes nothing.
 
-Each configuration starts real ``distro-node join`` daemons on loopback (tiny preset): N - 1 honest ones
-and, unless the attack is ``none`` (the honest-only run), one adversary (node/testbed/adversary.py: the
-real daemon with one attack patched in, every message signed by its own key). The honest peers train
-``--steps`` steps; the bench reads their step events and /metrics and records:
+Each configuration starts real ``distro-node join`` daemons on loopback (tiny preset): N - f honest ones
+and, unless the attack is ``none`` (the honest-only run), f adversaries (``--liars``, default 1;
+node/testbed/adversary.py: the real daemon with one attack patched in, every message signed by its own
+key). The honest peers train ``--steps`` steps; the bench reads their step events and /metrics and records:
 
 - honest step rate over the steps after ``--warm``, and the slowdown against the honest-only run (the same
-  N - 1 honest peers without the adversary) and against ``all-honest`` (N honest peers: on one machine
-  the adversary's process takes CPU from the honest ones, which no attack-free run of N - 1 shows);
+  N - f honest peers without the adversaries) and against ``all-honest`` (N honest peers: on one machine
+  the adversaries' processes take CPU from the honest ones, which no attack-free run of N - f shows);
 - safety: every honest peer's weights hash equal at every step; honest peers banned (must be 0);
-- what the defences saw: gossip refused for forged signatures, bans of the attacker (step, reason).
+- what the defences saw: gossip refused by reason, faults reported (penalties such as vote_equivocation),
+  bans of the attackers (step, reason), the highest epoch that decided a step.
 
     .venv/bin/python bench/byzantine.py                       # 4 peers, every attack, 30 steps each
+    .venv/bin/python bench/byzantine.py --peers 7 --liars 2 --out bench/results/byzantine_f2.json
     .venv/bin/python bench/byzantine.py --attacks none,forge-list --steps 12 --out /tmp/b.json
 
 Every daemon is stopped by pid (SIGTERM, bounded wait, SIGKILL), whatever happened.
@@ -20,6 +22,7 @@ Every daemon is stopped by pid (SIGTERM, bounded wait, SIGKILL), whatever happen
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -54,9 +57,21 @@ def _metrics(p: PeerProc) -> dict[str, dict[str, float]]:
     return out
 
 
-def run_one(attack: str, peers: int, steps: int, warm: int, log_dir: Path, wait_s: float) -> dict[str, Any]:
-    """One swarm: N - 1 honest daemons and, unless ``attack`` is none, the adversary, to ``steps`` steps."""
-    honest_n = peers if attack == "all-honest" else peers - 1
+def _faults(p: PeerProc) -> dict[str, int]:
+    """How many faults of each kind a daemon reported (a penalty by its reason, e.g. vote_equivocation)."""
+    seen: dict[str, int] = {}
+    for e in p.events:
+        if e.get("event") == "fault":
+            reason = re.search(r"reason='([a-z_]+)'", str(e.get("detail", "")))
+            key = reason.group(1) if reason else str(e.get("kind"))
+            seen[key] = seen.get(key, 0) + 1
+    return seen
+
+
+def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir: Path,
+            wait_s: float) -> dict[str, Any]:
+    """One swarm: N - f honest daemons and, unless ``attack`` is none, f adversaries, to ``steps`` steps."""
+    honest_n = peers if attack == "all-honest" else peers - liars
     cohort = honest_n if attack in BASELINES else peers
     local = ["--steps", str(steps + 5)]  # the last steps are not measured: a stop is not part of a run
     founder_args = [*CLI, "join", *RUN, *local, "--genesis-peers", str(cohort), *LOGGING]
@@ -66,16 +81,18 @@ def run_one(attack: str, peers: int, steps: int, warm: int, log_dir: Path, wait_
         command = join_args(str(founder.info()["join_command"]))
         for i in range(1, honest_n):
             procs.append(PeerProc([*CLI, "join", *command, *local, *LOGGING], f"peer{i}", log_dir))
-        attacker = None
+        attackers = []
         if attack not in BASELINES:
-            attacker = PeerProc([*ADVERSARY, attack, "join", *command, *local, *LOGGING], "attacker", log_dir)
-            procs.append(attacker)
+            for i in range(liars):
+                attackers.append(PeerProc([*ADVERSARY, attack, "join", *command, *local, *LOGGING],
+                                          f"attacker{i}", log_dir))
+            procs.extend(attackers)
         honest = procs[:honest_n]
         t0 = time.monotonic()
         for p in honest:
             p.wait_step(steps - 1, max(1.0, wait_s - (time.monotonic() - t0)))
         metrics = {p.name: _metrics(p) for p in honest}
-        attacker_id = str(attacker.info()["peer_id"]) if attacker is not None else None
+        attacker_ids = {str(a.info()["peer_id"]) for a in attackers}
     except PeerWaitError as exc:
         raise ByzantineBenchError(f"{attack}: {exc}") from None
     finally:
@@ -89,6 +106,7 @@ def run_one(attack: str, peers: int, steps: int, warm: int, log_dir: Path, wait_
     return {
         "attack": attack,
         "peers": cohort,
+        "liars": len(attackers) if attack not in BASELINES else 0,
         "honest_peers": honest_n,
         "steps": steps,
         "measured_steps": [warm, steps - 1],
@@ -96,9 +114,11 @@ def run_one(attack: str, peers: int, steps: int, warm: int, log_dir: Path, wait_
         "honest_hashes_equal_every_step": not diverged,
         "diverged_steps": diverged,
         "honest_banned": sorted({e["peer"] for b in bans.values() for e in b if e["peer"] in honest_ids}),
-        "attacker_bans": {n: [(e["step"], e["reason"]) for e in b if e["peer"] == attacker_id]
+        "attacker_bans": {n: [(e["step"], e["reason"]) for e in b if e["peer"] in attacker_ids]
                           for n, b in bans.items()},
         "gossip_rejected": {n: m.get("distro_gossip_rejected_total", {}) for n, m in metrics.items()},
+        "faults_seen": {p.name: _faults(p) for p in honest},
+        "max_epoch": max(founder_rows[s]["epoch"] for s in range(steps)),
         "epochs_above_0": sum(1 for s in range(steps) if founder_rows[s]["epoch"] > 0),
         "included_min": min(founder_rows[s]["included"] for s in range(steps)),
     }
@@ -108,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peers", type=int, default=4,
                         help="daemons per attacked swarm, the adversary included (honest-only: one fewer)")
+    parser.add_argument("--liars", type=int, default=1,
+                        help="adversaries in an attacked swarm (default 1; 2 of 7 is f = 2 of n = 3f + 1)")
     parser.add_argument("--steps", type=int, default=30, help="steps the honest peers train (default 30)")
     parser.add_argument("--warm", type=int, default=3, help="steps left out of the rate (start-up)")
     parser.add_argument("--attacks", default=",".join((*BASELINES, *KINDS)),
@@ -118,15 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     attacks = [a for a in args.attacks.split(",") if a]
     unknown = [a for a in attacks if a not in BASELINES and a not in KINDS]
-    if unknown or args.peers < 4 or not 0 <= args.warm < args.steps - 1:
-        parser.error(f"unknown attacks {unknown}" if unknown else "need --peers >= 4, --warm < --steps - 1")
+    if unknown or args.peers < 3 * args.liars + 1 or args.liars < 1 or not 0 <= args.warm < args.steps - 1:
+        parser.error(f"unknown attacks {unknown}" if unknown
+                     else "need 1 <= --liars, --peers >= 3 * liars + 1, --warm < --steps - 1")
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="byzantine-") as tmp:
         for attack in attacks:
             log_dir = Path(tmp) / attack
             log_dir.mkdir()
             print(f"[byzantine] {attack}: {args.peers} peers, {args.steps} steps", flush=True)
-            results.append(run_one(attack, args.peers, args.steps, args.warm, log_dir, args.wait))
+            results.append(run_one(attack, args.peers, args.liars, args.steps, args.warm, log_dir, args.wait))
     for baseline in BASELINES:
         base = next((r["honest_steps_per_s"] for r in results if r["attack"] == baseline), None)
         for r in results:

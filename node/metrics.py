@@ -89,6 +89,12 @@ class NodeMetrics:
         self._step = Gauge(f"{PREFIX}_step", "Last completed training step", registry=r)
         self._loss = Gauge(f"{PREFIX}_loss", "Training loss of the last step (nats per token)", registry=r)
         self._peers = Gauge(f"{PREFIX}_peers", "Active peers in the current round's roster", registry=r)
+        self._faults = Gauge(
+            f"{PREFIX}_faults_tolerated",
+            "Lying peers agreement survives with the current roster (f of n >= 3f + 1)", registry=r,
+        )
+        self._quorum = Gauge(f"{PREFIX}_vote_quorum", "Signed votes that decide a step (2f + 1 of 3f + 1)",
+                             registry=r)
         self._sent = Counter(f"{PREFIX}_payload_sent_bytes", "Payload bytes sent to peers", registry=r)
         self._received = Counter(
             f"{PREFIX}_payload_received_bytes", "Payload bytes received from peers", registry=r
@@ -186,6 +192,10 @@ class NodeMetrics:
         """The newest step's wall time as a gauge: the histogram gives rates and quantiles, this gives the
         "how slow is it right now" a status line or a single-stat panel shows."""
         self._last_step.set(_seconds("seconds", seconds))
+
+    def set_trust(self, faults: int, quorum: int) -> None:
+        self._faults.set(_count("faults", faults))
+        self._quorum.set(_count("quorum", quorum))
 
     def set_peers(self, count: int) -> None:
         self._peers.set(_count("peers", count))

@@ -41,6 +41,16 @@ class PeerStatus(StrEnum):
     WARMING = "warming"
 
 
+
+def faults_tolerated(active: int) -> int:
+    """f for ``active`` peers: the most Byzantine ones agreement survives (active >= 3f + 1)."""
+    return max(0, (active - 1) // 3)
+
+
+def vote_quorum(voters: int, faults: int) -> int:
+    """ceil((voters + faults + 1) / 2): two such quorums share faults + 1 voters, so an honest one."""
+    return (voters + faults) // 2 + 1
+
 @dataclass(frozen=True)
 class RosterEntry:
     status: PeerStatus
@@ -137,7 +147,7 @@ class Roster:
 
     def faults_tolerated(self) -> int:
         """f, the most Byzantine peers among the n active ones that agreement survives: n >= 3f + 1."""
-        return max(0, (len(self._eligible) - 1) // 3)
+        return faults_tolerated(len(self._eligible))
 
     def vote_quorum(self, departed: Collection[str] = ()) -> int:
         """How many signed votes decide: ceil((n' + f + 1) / 2), n' the active peers not ``departed``.
@@ -149,7 +159,7 @@ class Roster:
         (self-signed) goodbye was seen, and the roster at the next step.
         """
         voters = sum(1 for p in self._eligible if p not in departed)
-        return (voters + self.faults_tolerated()) // 2 + 1
+        return vote_quorum(voters, self.faults_tolerated())
 
     def has_quorum(self, lst: InclusionList, known_left: Collection[str]) -> bool:
         """Partition rule: a list must include a strict majority of the active roster.

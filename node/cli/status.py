@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "status",
         help="show what the running node is doing (step, loss, peers, bytes, phase times, rejections)",
         description=(
-            "Read the running node's Prometheus endpoint and print its step, loss, peers, payload bytes sent "
+            "Read the running node's Prometheus endpoint and print its step, loss, peers and the trust "
+            "assumption (votes a step needs, lying peers tolerated), payload bytes sent "
             "and received, step and phase times, closed rounds, rejected payloads by reason, banned peers, "
             "weights-hash agreement and bandwidth reduction. Exit code 1 when no node answers."
         ),
@@ -96,6 +97,9 @@ def render(url: str, st: NodeStatus, now: float) -> str:
                     f"{st.data_shards_fetched} ({human_bytes(st.data_bytes_fetched)}), faulty servers "
                     f"{st.blob_faulty}")
     row("peers", f"{st.peers}")
+    if st.vote_quorum:
+        row("trust", f"a step needs {st.vote_quorum} signed votes; safe while at most {st.faults_tolerated} "
+                     f"of {st.peers} peers lie")
     row("payload sent", human_bytes(st.sent_bytes))
     row("payload received", human_bytes(st.received_bytes))
     row("rounds", ", ".join(f"{k} {v}" for k, v in st.rounds.items()) or "-")

@@ -53,6 +53,8 @@ class NodeStatus:
     rounds: dict[str, int] = field(default_factory=dict)
     rejected: dict[str, int] = field(default_factory=dict)
     banned: int = 0
+    faults_tolerated: int = 0
+    vote_quorum: int = 0
     weights_agreement_ratio: float | None = None
     bandwidth_reduction_ratio: float | None = None
     checkpoints: int = 0
@@ -173,6 +175,8 @@ def parse_status(text: str) -> NodeStatus:
         rounds={k: int(v) for k, v in _by_label(s, "distro_rounds_total", "outcome").items()},
         rejected={k: int(v) for k, v in rejected.items() if v},
         banned=int(_get(s, "distro_peers_banned_total") or 0),
+        faults_tolerated=int(_get(s, "distro_faults_tolerated") or 0),
+        vote_quorum=int(_get(s, "distro_vote_quorum") or 0),
         weights_agreement_ratio=_positive(_get(s, "distro_weights_hash_agreement_ratio")),
         bandwidth_reduction_ratio=_positive(_get(s, "distro_bandwidth_reduction_ratio")),
         checkpoints=int(_get(s, "distro_checkpoints_saved_total") or 0),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from distro_node.protocol.membership import faults_tolerated, vote_quorum
+
 from ..data_metrics import DataMetrics
 from ..metrics import PHASES, MetricsServer, NodeMetrics
 from .bans import RoundScores
@@ -67,6 +69,8 @@ class Telemetry:
         self._tokens += tokens
         self.data.tokens_seen(self._tokens)
         m.set_peers(peers)
+        faults = faults_tolerated(peers)
+        m.set_trust(faults, vote_quorum(peers, faults))
         m.round_closed("complete" if complete else "deadline")
         m.last_step_seconds(step_seconds)
 

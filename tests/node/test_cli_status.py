@@ -26,6 +26,7 @@ def busy_node() -> NodeMetrics:
         phases = {"compute": 0.5, "exchange": 0.2 + 0.1 * step, "apply": 0.01}
         metrics.observe_step(step, 4.0 - step * 0.5, phases, 1000, 7000, tokens=512)
     metrics.set_peers(8)
+    metrics.set_trust(2, 6)
     metrics.rejected("duplicate_index")
     metrics.rejected("norm", 2)
     metrics.peer_banned()
@@ -58,6 +59,7 @@ def test_text_status_shows_what_the_node_observed(node_url: str, capsys: pytest.
     lines = {line[:23].strip(): line[23:].strip() for line in out.splitlines()[1:]}  # label column, value
     assert lines["step"] == "2"
     assert lines["loss"] == "3.0000"
+    assert lines["trust"] == "a step needs 6 signed votes; safe while at most 2 of 8 peers lie"
     assert lines["peers"] == "8"
     assert lines["tokens trained"] == "1,536"
     assert lines["payload sent"] == "3.00 kB"

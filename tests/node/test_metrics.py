@@ -27,6 +27,8 @@ REQUIRED = {
     "distro_step",
     "distro_loss",
     "distro_peers",
+    "distro_faults_tolerated",
+    "distro_vote_quorum",
     "distro_payload_sent_bytes_total",
     "distro_payload_received_bytes_total",
     "distro_step_phase_seconds",
@@ -45,6 +47,7 @@ def busy_metrics() -> NodeMetrics:
     metrics = NodeMetrics()
     metrics.observe_step(7, 3.25, {"compute": 0.5, "exchange": 0.25, "apply": 0.01}, 1200, 8400, tokens=512)
     metrics.set_peers(8)
+    metrics.set_trust(2, 6)
     metrics.rejected("duplicate_index")
     metrics.rejected("norm", 2)
     metrics.peer_banned()
@@ -67,6 +70,7 @@ def test_exposition_parses_and_holds_the_observed_values() -> None:
     assert value[("distro_step", ())] == 7
     assert value[("distro_loss", ())] == 3.25
     assert value[("distro_peers", ())] == 8
+    assert value[("distro_faults_tolerated", ())] == 2 and value[("distro_vote_quorum", ())] == 6
     assert value[("distro_payload_sent_bytes_total", ())] == 1200
     assert value[("distro_payload_received_bytes_total", ())] == 8400
     assert value[("distro_tokens_total", ())] == 512
