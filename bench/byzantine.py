@@ -118,6 +118,8 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
                           for n, b in bans.items()},
         "gossip_rejected": {n: m.get("distro_gossip_rejected_total", {}) for n, m in metrics.items()},
         "faults_seen": {p.name: _faults(p) for p in honest},
+        "honest_rss_mb": {n: round(m.get("distro_process_resident_memory_bytes", {}).get("", 0) / 2**20, 1)
+                          for n, m in metrics.items()},
         "max_epoch": max(founder_rows[s]["epoch"] for s in range(steps)),
         "epochs_above_0": sum(1 for s in range(steps) if founder_rows[s]["epoch"] > 0),
         "included_min": min(founder_rows[s]["included"] for s in range(steps)),

@@ -136,9 +136,13 @@ def check_author(message: Message, signer: str) -> None:
 
 
 def decode_signed(data: bytes, signer: str, run_id: bytes) -> Message:
-    """Decode, bind to the signer and to our run, check every payload authorship claim: the full check the
-    gossip validator runs."""
-    message = decode_message(data)
+    """Decode, bind to the signer and to our run, check every signed claim: the full check the gossip
+    validator runs (in two parts, so it can refuse by kind before the signature checks)."""
+    return check_signed(decode_message(data), signer, run_id)
+
+
+def check_signed(message: Message, signer: str, run_id: bytes) -> Message:
+    """Bind a decoded message to its signer and our run, and check every signed claim it makes."""
     check_author(message, signer)
     if message.run_id != run_id:
         raise CodecError("message", "message for another run")

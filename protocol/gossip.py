@@ -90,6 +90,8 @@ class GossipConfig:
     # an honest peer's rate at the tiny preset, with room for a catch-up burst.
     max_messages_per_peer_per_second: float = 200.0
     max_peer_burst: int = 400
+    # Goodbyes, tighter (an honest peer sends one); heartbeats get twice the round config's heartbeat rate.
+    max_goodbyes_per_peer_per_second: float = 0.5
     receive_buffer: int = 1024
     deliver_own: bool = False
     publish_timeout: float = 10.0

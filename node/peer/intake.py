@@ -26,7 +26,7 @@ from functools import partial
 from typing import Protocol
 
 import trio
-from distro_node.protocol.codec import CodecError, author_of, decode_signed
+from distro_node.protocol.codec import CodecError, author_of, check_signed, decode_message, decode_signed
 from distro_node.protocol.consensus import Action, RoundMachine
 from distro_node.protocol.gossip import GossipMessage
 from distro_node.protocol.messages import Announcement, Goodbye, InclusionList, Message
@@ -36,7 +36,7 @@ from .announcements import AnnouncementLog
 from .changes import ChangeSignal
 from .driver import RoundDriver
 from .output import Output
-from .rate_limit import PeerRateLimit
+from .rate_limit import GossipRates
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class BanList(Protocol):
 class GossipDecoder:
     def __init__(self, *, self_id: str, run_id: bytes, bans: BanList,
                  on_rejected: Callable[[str], None] | None = None, capacity: int = DECODED_CAPACITY,
-                 rate: PeerRateLimit | None = None) -> None:
+                 rate: GossipRates | None = None) -> None:
         self._self_id = self_id
         self._rate = rate
         self._run_id = run_id
@@ -75,11 +75,16 @@ class GossipDecoder:
         if author != self._self_id and self._bans.is_banned(author):
             self._reject("banned")
             return False
-        if author != self._self_id and self._rate is not None and not self._rate.allow(author):
+        limited = author != self._self_id and self._rate is not None
+        if limited and self._rate is not None and not self._rate.allow(author):
             self._reject("rate")
             return False
         try:
-            msg = decode_signed(data, author, self._run_id)
+            msg = decode_message(data)
+            if limited and self._rate is not None and not self._rate.allow_kind(author, msg.KIND):
+                self._reject("rate")
+                return False
+            check_signed(msg, author, self._run_id)
         except CodecError as exc:
             self._reject(exc.reason)
             if isinstance(exc.refused, InclusionList) and author != self._self_id:

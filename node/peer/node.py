@@ -53,7 +53,7 @@ from .options import PeerError, PeerOptions
 from .outbox import Outbox
 from .output import Output
 from .payloads import ByteCounters, CountingStore, DecodedPayloads
-from .rate_limit import PeerRateLimit
+from .rate_limit import GossipRates
 from .resync import Resyncer
 from .scoring import RoundScorer
 from .snapshots import GenesisCohort, SnapshotDesk
@@ -197,8 +197,10 @@ class PeerNode:
         opts, out, changes, host = self.opts, self.out, self._changes, run.host
         counted = run.telemetry.gossip_rejected if run.telemetry is not None else None
         gossip_cfg = GossipConfig(publish_timeout=5.0)
-        rate = PeerRateLimit(gossip_cfg.max_messages_per_peer_per_second, gossip_cfg.max_peer_burst,
-                             trio.current_time)
+        kinds = {"heartbeat": (2.0 / run.round_config.heartbeat_interval, 4.0),
+                 "goodbye": (gossip_cfg.max_goodbyes_per_peer_per_second, 2.0)}
+        rate = GossipRates(gossip_cfg.max_messages_per_peer_per_second, gossip_cfg.max_peer_burst, kinds,
+                           trio.current_time)
         decoder = GossipDecoder(self_id=run.self_id, run_id=run.run_id, bans=self.bans, on_rejected=counted,
                                 rate=rate)
         async with (

@@ -10,6 +10,8 @@ Kinds:
     equivocate  signs and announces a second, different payload for every step (and serves both).
     double-vote with every prevote and precommit it casts, signs and sends one for another list.
     jump-epochs with every status it sends, sends one for an epoch 500 later.
+    gossip-flood  publishes 1,000 well-formed signed heartbeats a second (each different), beside its
+                honest traffic.
 
 Kinds combine: ``double-vote,jump-epochs`` applies both patches.
 
@@ -20,20 +22,25 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
+import trio
 from distro_node.node.cli.main import main
+from distro_node.node.peer import node as peer_node
 from distro_node.node.peer.announcer import Announcer
 from distro_node.node.peer.intake import GossipDecoder
 from distro_node.protocol import authorship
 from distro_node.protocol.ballots import Status, Vote, vote_statement
 from distro_node.protocol.consensus import agreement, epochs, round_state
 from distro_node.protocol.consensus.actions import Publish
-from distro_node.protocol.messages import Announcement, InclusionList
+from distro_node.protocol.messages import Announcement, Heartbeat, InclusionList
 
-KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs")
+KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs", "gossip-flood")
+FLOOD_PER_S = 1000
 
 
 def _forge_lists() -> None:
@@ -120,9 +127,28 @@ def _jump_epochs() -> None:
     setattr(epochs, "enter_epoch", jump)  # noqa: B010 (a patch, on purpose)
 
 
+def _gossip_flood() -> None:
+    honest_loop: Callable[..., Awaitable[None]] = peer_node.send_heartbeats
+
+    async def flood(**kwargs: Any) -> None:
+        driver, outbox = kwargs["driver"], kwargs["outbox"]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(honest_loop, **kwargs))
+            burst = FLOOD_PER_S // 100
+            while True:
+                m = driver.machine
+                step = m.next_step if m is not None else 0
+                for _ in range(burst):
+                    if not outbox.closed:
+                        outbox.publish(Heartbeat(kwargs["run_id"], kwargs["self_id"], step, os.urandom(32)))
+                await trio.sleep(0.01)
+
+    setattr(peer_node, "send_heartbeats", flood)  # noqa: B010 (a patch, on purpose)
+
+
 PATCHES: dict[str, Callable[[], None]] = {
     "forge-list": _forge_lists, "equivocate": _equivocate, "double-vote": _double_vote,
-    "jump-epochs": _jump_epochs,
+    "jump-epochs": _jump_epochs, "gossip-flood": _gossip_flood,
 }
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 
 from distro_node.node.peer.intake import GossipDecoder
-from distro_node.node.peer.rate_limit import PeerRateLimit
+from distro_node.node.peer.rate_limit import GossipRates, PeerRateLimit
 from distro_node.protocol.codec import encode_message
-from distro_node.protocol.messages import Heartbeat
+from distro_node.protocol.messages import Heartbeat, Status
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
@@ -43,19 +43,31 @@ def test_memory_is_bounded_by_evicting_the_least_recent_peer() -> None:
     assert len(limit._buckets) == 3
 
 
-def test_the_validator_refuses_a_flooding_signer_before_decoding_and_counts_it() -> None:
+def test_the_validator_refuses_a_flooding_signer_and_counts_it() -> None:
     clock = Clock()
     flooder = ID.from_pubkey(create_new_key_pair().public_key)
     other = ID.from_pubkey(create_new_key_pair().public_key)
     reasons: list[str] = []
-    decoder = GossipDecoder(self_id="me", run_id=RUN, bans=NoBans(), on_rejected=reasons.append,
-                            rate=PeerRateLimit(rate=100.0, burst=10, clock=clock))
+    rates = GossipRates(rate=100.0, burst=10, per_kind={"heartbeat": (2.0, 3)}, clock=clock)
+    decoder = GossipDecoder(self_id="me", run_id=RUN, bans=NoBans(), on_rejected=reasons.append, rate=rates)
 
-    def heartbeat(sender: ID, step: int) -> bytes:
-        return encode_message(Heartbeat(RUN, str(sender), step, RUN))
+    def status(sender: ID, epoch: int) -> bytes:
+        return encode_message(Status(RUN, 0, epoch, str(sender)))
 
-    verdicts = [decoder.validate(flooder, heartbeat(flooder, s)) for s in range(50)]
+    verdicts = [decoder.validate(flooder, status(flooder, e)) for e in range(1, 51)]
     assert verdicts == [True] * 10 + [False] * 40 and reasons == ["rate"] * 40
-    assert decoder.validate(other, heartbeat(other, 0))  # the others are unaffected
+    assert decoder.validate(other, status(other, 1))  # the others are unaffected
     clock.now = 0.05
-    assert sum(decoder.validate(flooder, heartbeat(flooder, 100 + s)) for s in range(10)) == 5
+    assert sum(decoder.validate(flooder, status(flooder, 100 + e)) for e in range(10)) == 5
+
+
+def test_heartbeats_have_a_much_tighter_bucket_of_their_own() -> None:
+    clock = Clock()
+    sender = ID.from_pubkey(create_new_key_pair().public_key)
+    rates = GossipRates(rate=100.0, burst=100, per_kind={"heartbeat": (2.0, 3)}, clock=clock)
+    decoder = GossipDecoder(self_id="me", run_id=RUN, bans=NoBans(), rate=rates)
+    beats = [decoder.validate(sender, encode_message(Heartbeat(RUN, str(sender), s, RUN))) for s in range(20)]
+    assert beats == [True] * 3 + [False] * 17  # a flood of distinct heartbeats: 3 pass, none forwarded
+    assert decoder.validate(sender, encode_message(Status(RUN, 0, 1, str(sender))))  # other kinds still do
+    clock.now = 1.0
+    assert decoder.validate(sender, encode_message(Heartbeat(RUN, str(sender), 99, RUN)))
