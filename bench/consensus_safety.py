@@ -4,8 +4,10 @@ Each schedule (tests/protocol/test_rounds_byzantine.py: ``schedule``) picks whic
 how (any mix of voting twice, voting for everything, equivocating lists, jumping epochs, withholding
 payloads, forging pols and certificates), the gossip delays and the loss rate, then runs the swarm for a
 few steps. Recorded per (n, f): schedules run, schedules where two honest replicas applied different
-lists (the safety property: must be 0), schedules where the honest replicas did not all finish within the
-simulated time limit (progress), and the simulated and wall time.
+lists (the safety property: must be 0), schedules where some honest replica did not itself apply the last
+step within the simulated time limit (``not_finished``, progress: a replica that fell behind and resynced
+past the last step counts here too, since a resync adopts a donor's state without applying the steps it
+skips), and the simulated and wall time.
 
     .venv/bin/python bench/consensus_safety.py                       # 10,000 schedules of 4, 1,000 of 7
     .venv/bin/python bench/consensus_safety.py --schedules 4:1:200 --out /tmp/c.json
