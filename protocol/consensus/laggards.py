@@ -56,8 +56,8 @@ def on_certificate(cert: Certificate, me: Local, window: StepWindow, out: list[A
     if roster is None or step > window.frontier + me.config.max_future_steps:
         me.counters.count("stale_step" if step < window.frontier else "future_step")
         return False
-    if not certified(cert, roster, me):
-        me.counters.count("conflicting_claim")
+    if not certified(cert, roster, me) or roster.check_list(cert.decided, me.rules) is not None:
+        me.counters.count("conflicting_claim")  # (a list breaking the roster rules: more than f signed it)
         return False
     lst = cert.decided
     digest = lst.digest()

@@ -123,3 +123,12 @@ def test_a_replayed_old_heartbeat_does_not_make_a_dead_peer_look_alive() -> None
     assert m.liveness.is_alive("b", 5.0, 1.0) is False and m.counters["stale_step"] == 1
     m.on_message(Heartbeat(RUN_ID, "b", 8, GENESIS_WEIGHTS), 5.0)  # within the window
     assert m.liveness.is_alive("b", 5.0, 1.0) is True
+
+
+def test_a_certified_list_that_breaks_the_roster_rules_decides_nothing() -> None:
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[3])
+    bad = proposal(0, 0, [*PEERS, "zz"])  # a peer outside the roster: only more than f liars sign this
+    out = m.on_message(Certificate(bad, tuple(sorted((v, SIG) for v in order[:3]))), 0.1)
+    assert not of(out, ApplyInclusionList) and m.decided_list(0) is None
+    assert m.counters["conflicting_claim"] == 1
