@@ -15,8 +15,9 @@ Where each rule lives, and why it is as it is:
 * :mod:`.admission`: what a peer's message may change (run id, our own echoes, liveness, the step window,
   per-step caps, equivocation).
 * :mod:`.epochs`: the round clock, leader rotation, skipping absent leaders, stalls.
-* :mod:`.agreement`: proposals, votes and the quorums that decide a list (single-decree Paxos per step).
-* :mod:`.laggards`: answering peers still deciding a step we decided; conflicting lists.
+* :mod:`.agreement`: proposals, signed prevotes and precommits, locks and pols, the Byzantine quorums that
+  decide a list (Tendermint-shaped, one instance per step).
+* :mod:`.laggards`: certificates for peers still deciding a step we decided; conflicting claims.
 * :mod:`.progress`: fetching payloads, applying decided lists in order, the weights check, resyncs.
 * :mod:`.bans`: what a ban from the driver's score keeper changes, and why only from its step on.
 * :mod:`.window`, :mod:`.round_state`, :mod:`.context`: the state those rules read, and its bounds.

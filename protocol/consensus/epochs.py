@@ -123,10 +123,10 @@ def skip_absent_leaders(
     leader timeout, and each further absent leader one more leader timeout. Safety does not depend on
     when an epoch is entered: entering one is only a promise not to vote in earlier epochs, every epoch
     still has exactly one designated leader (a function of the replicated roster), and a list is still
-    decided only by a strict majority of votes in one epoch, whose leader of an epoch >= 1 re-proposes
-    the newest ballot among a majority of statuses. So acting on local evidence (a goodbye we received,
-    silence we observed, a closed connection) can cost at most an epoch, never agreement. Replicas that
-    lack the evidence follow through the statuses of those that skipped (:func:`catch_up`). Silence only
+    decided only by a quorum of signed precommits in one epoch, under the lock rule of :mod:`.agreement`.
+    So acting on local evidence (a goodbye we received, silence we observed, a closed connection) can cost
+    at most an epoch, never agreement. Replicas that lack the evidence follow through the statuses of those
+    that skipped, once f + 1 of them did (:func:`follow_roster`). Silence only
     counts while most of the roster is heard from (:func:`_silence_is_evidence`); a goodbye always does,
     and so does a forged list from the epoch's leader (``RoundMachine.on_forged_proposal``).
 
