@@ -26,7 +26,7 @@ from functools import partial
 from typing import Protocol
 
 import trio
-from distro_node.protocol.codec import CodecError, author_of, check_signed, decode_message, decode_signed
+from distro_node.protocol.codec import CodecError, author_of, check_signed, decode_message
 from distro_node.protocol.consensus import Action, RoundMachine
 from distro_node.protocol.gossip import GossipMessage
 from distro_node.protocol.messages import Announcement, Goodbye, InclusionList, Message
@@ -108,7 +108,7 @@ class GossipDecoder:
         held = self._pending.get(key)
         if held is None:
             self.redecoded += 1
-            return decode_signed(data, str(sender), self._run_id)
+            return check_signed(decode_message(data), str(sender), self._run_id)
         msg, count = held
         if count > 1:
             self._pending[key] = (msg, count - 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from distro_node.node.peer import intake
 from distro_node.node.peer.intake import GossipDecoder
-from distro_node.protocol.codec import CodecError, decode_signed, encode_message
+from distro_node.protocol.codec import CodecError, decode_message, encode_message
 from distro_node.protocol.messages import Heartbeat
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
@@ -34,11 +34,11 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """Every call of the codec's decoder made through the intake module."""
     calls: list[bytes] = []
 
-    def counting(data: bytes, signer: str, run_id: bytes) -> object:
+    def counting(data: bytes) -> object:
         calls.append(data)
-        return decode_signed(data, signer, run_id)
+        return decode_message(data)
 
-    monkeypatch.setattr(intake, "decode_signed", counting)
+    monkeypatch.setattr(intake, "decode_message", counting)
     return calls
 
 
