@@ -29,7 +29,6 @@ from .message_fields import (
     check_peer_id,
     id_bytes,
 )
-from .signatures import signed_by
 
 PREVOTE = 0
 PRECOMMIT = 1
@@ -44,20 +43,6 @@ def vote_statement(run_id: bytes, step: int, epoch: int, phase: int, voter: str,
         raise ValueError("run id and digest must be 32 bytes, phase 0 or 1")
     return (_DOMAIN + run_id + step.to_bytes(8, "big") + epoch.to_bytes(4, "big") + bytes([phase])
             + id_bytes(voter) + digest)
-
-
-def vote_signed(run_id: bytes, step: int, epoch: int, phase: int, voter: str, digest: bytes,
-                signature: bytes) -> bool:
-    return signed_by(voter, vote_statement(run_id, step, epoch, phase, voter, digest), signature)
-
-
-def endorsements_signed(run_id: bytes, step: int, epoch: int, phase: int, digest: bytes,
-                        endorsements: Endorsements) -> str | None:
-    """The first voter whose signature does not sign this ballot (None: all do)."""
-    for voter, signature in endorsements:
-        if not vote_signed(run_id, step, epoch, phase, voter, digest, signature):
-            return voter
-    return None
 
 
 @dataclass(frozen=True)
@@ -166,7 +151,5 @@ __all__ = [
     "Certificate",
     "Status",
     "Vote",
-    "endorsements_signed",
-    "vote_signed",
     "vote_statement",
 ]

@@ -10,9 +10,10 @@ step), never verify a signature itself.
 from __future__ import annotations
 
 from .authorship import authorship_valid
-from .ballots import PRECOMMIT, PREVOTE, Certificate, Vote, endorsements_signed, vote_signed
-from .inclusion_list import InclusionList
+from .ballots import PRECOMMIT, PREVOTE, Certificate, Vote, vote_statement
+from .inclusion_list import Endorsements, InclusionList
 from .messages import Announcement, Message
+from .signatures import signed_by
 
 
 def forged_part(message: Message) -> str | None:
@@ -52,4 +53,18 @@ def _forged_in_list(lst: InclusionList) -> str | None:
     return None
 
 
-__all__ = ["forged_part"]
+def vote_signed(run_id: bytes, step: int, epoch: int, phase: int, voter: str, digest: bytes,
+                signature: bytes) -> bool:
+    return signed_by(voter, vote_statement(run_id, step, epoch, phase, voter, digest), signature)
+
+
+def endorsements_signed(run_id: bytes, step: int, epoch: int, phase: int, digest: bytes,
+                        endorsements: Endorsements) -> str | None:
+    """The first voter whose signature does not sign this ballot (None: all do)."""
+    for voter, signature in endorsements:
+        if not vote_signed(run_id, step, epoch, phase, voter, digest, signature):
+            return voter
+    return None
+
+
+__all__ = ["endorsements_signed", "forged_part", "vote_signed"]

@@ -8,8 +8,12 @@ the round machine in consensus/ imports it through messages.py.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
+
+# Statement -> this node's signature over it (protocol/signatures.py makes one from a key); a plain function,
+# so the round machine can be handed one and stay pure.
+Signer = Callable[[bytes], bytes]
 
 HASH_BYTES = 32
 RUN_ID_BYTES = 32

@@ -10,14 +10,10 @@ authorship, a prevote, a precommit) can never be replayed as another.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from libp2p.crypto.keys import KeyType, PrivateKey
 from libp2p.peer.id import ID
 
-from .message_fields import SIGNATURE_BYTES
-
-Signer = Callable[[bytes], bytes]  # statement -> our signature; holds the private key, nothing else does
+from .message_fields import SIGNATURE_BYTES, Signer
 
 
 def signer_for(key: PrivateKey) -> Signer:

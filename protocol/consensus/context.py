@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..membership import LivenessView, Roster, RosterRules
-from ..signatures import Signer
+from ..message_fields import Signer
 from .config import RoundConfig
 
 # Fixed counter names, so they can become metric labels.

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 
 from ..ballots import Certificate, Status, Vote
 from ..membership import LivenessView, Roster, RosterRules, SyncState
+from ..message_fields import Signer
 from ..messages import Announcement, Goodbye, Heartbeat, InclusionList, Message, check_peer_id
-from ..signatures import Signer
 from . import admission, agreement, epochs, laggards, progress
 from .actions import Action, Penalize
 from .bans import Bans
