@@ -92,6 +92,8 @@ class GossipConfig:
     max_peer_burst: int = 400
     # Goodbyes, tighter (an honest peer sends one); heartbeats get twice the round config's heartbeat rate.
     max_goodbyes_per_peer_per_second: float = 0.5
+    goodbye_burst: int = 2
+    heartbeat_burst: int = 4
     receive_buffer: int = 1024
     deliver_own: bool = False
     publish_timeout: float = 10.0

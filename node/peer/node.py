@@ -197,8 +197,8 @@ class PeerNode:
         opts, out, changes, host = self.opts, self.out, self._changes, run.host
         counted = run.telemetry.gossip_rejected if run.telemetry is not None else None
         gossip_cfg = GossipConfig(publish_timeout=5.0)
-        kinds = {"heartbeat": (2.0 / run.round_config.heartbeat_interval, 4.0),
-                 "goodbye": (gossip_cfg.max_goodbyes_per_peer_per_second, 2.0)}
+        kinds = {"heartbeat": (2.0 / run.round_config.heartbeat_interval, gossip_cfg.heartbeat_burst),
+                 "goodbye": (gossip_cfg.max_goodbyes_per_peer_per_second, gossip_cfg.goodbye_burst)}
         rate = GossipRates(gossip_cfg.max_messages_per_peer_per_second, gossip_cfg.max_peer_burst, kinds,
                            trio.current_time)
         decoder = GossipDecoder(self_id=run.self_id, run_id=run.run_id, bans=self.bans, on_rejected=counted,

@@ -125,11 +125,16 @@ def prevote(rnd: RoundState, roster: Roster, bans: Bans, me: Local, out: list[Ac
     _cast(rnd, PREVOTE, best, me, out)
 
 
+def quorum_ballots(rnd: RoundState, phase: int, roster: Roster, me: Local) -> list[Ballot]:
+    """The ballots a quorum of the step's active roster cast in ``phase``, oldest first."""
+    quorum = roster.vote_quorum(me.left())
+    return sorted(b for b, count in rnd.tally(phase, set(roster.eligible())).items() if count >= quorum)
+
+
 def precommit(rnd: RoundState, roster: Roster, bans: Bans, me: Local, out: list[Action]) -> None:
     """Lock on and precommit a list once a quorum prevoted it in an epoch we have not left."""
     eligible = set(roster.eligible())
-    quorum = roster.vote_quorum(me.left())
-    proven = [b for b, count in rnd.tally(PREVOTE, eligible).items() if count >= quorum]
+    proven = quorum_ballots(rnd, PREVOTE, roster, me)
     for ballot in sorted(proven, reverse=True):
         _note_valid(rnd, ballot, rnd.endorsements(PREVOTE, ballot, eligible))
     if not me.is_voter(roster):
@@ -159,11 +164,10 @@ def _cast(rnd: RoundState, phase: int, ballot: Ballot, me: Local, out: list[Acti
 
 def try_decide(rnd: RoundState, roster: Roster, window: StepWindow, me: Local, out: list[Action]) -> bool:
     """Decide a list once a quorum of the active roster precommitted it in the same epoch."""
-    eligible = set(roster.eligible())
-    quorum = roster.vote_quorum(me.left())
-    for ballot, count in sorted(rnd.tally(PRECOMMIT, eligible).items()):
-        if count >= quorum and ballot[1] in rnd.contents:
-            decide(rnd, roster, ballot, rnd.endorsements(PRECOMMIT, ballot, eligible), window, me, out)
+    for ballot in quorum_ballots(rnd, PRECOMMIT, roster, me):
+        if ballot[1] in rnd.contents:
+            certificate = rnd.endorsements(PRECOMMIT, ballot, set(roster.eligible()))
+            decide(rnd, roster, ballot, certificate, window, me, out)
             return True
     return False
 

@@ -18,7 +18,7 @@ from ..ballots import PRECOMMIT, Certificate, Status
 from ..inclusion_list import InclusionList
 from ..membership import Roster
 from .actions import Action, ListConflict, Publish
-from .agreement import decide
+from .agreement import decide, quorum_ballots
 from .context import Local
 from .round_state import RoundState
 from .window import StepWindow
@@ -33,11 +33,9 @@ def check_decided_votes(rnd: RoundState, roster: Roster | None, me: Local, out: 
     """After a vote for a decided step: a quorum of precommits for another list is a certificate for it."""
     if roster is None:
         return
-    eligible = set(roster.eligible())
-    quorum = roster.vote_quorum(me.left())
-    for ballot, count in rnd.tally(PRECOMMIT, eligible).items():
-        if count >= quorum and ballot[1] != rnd.decided_digest:
-            voters = [p for p, _ in rnd.endorsements(PRECOMMIT, ballot, eligible)]
+    for ballot in quorum_ballots(rnd, PRECOMMIT, roster, me):
+        if ballot[1] != rnd.decided_digest:
+            voters = [p for p, _ in rnd.endorsements(PRECOMMIT, ballot, set(roster.eligible()))]
             _report_conflict(rnd, ballot[1], voters[0], me, out)
             return
 

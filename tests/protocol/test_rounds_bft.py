@@ -6,11 +6,22 @@ from __future__ import annotations
 from distro_node.protocol.ballots import PRECOMMIT, PREVOTE
 from distro_node.protocol.consensus.actions import ApplyInclusionList, ListConflict, Penalize, ResyncNeeded
 from distro_node.protocol.consensus.leader_rank import leader_order
+from distro_node.protocol.consensus.machine import RoundMachine
 from distro_node.protocol.membership import Roster, SyncState
 from distro_node.protocol.messages import Certificate, Heartbeat, InclusionList, Status, Vote
 from protocol_swarm_sim import GENESIS_WEIGHTS, RUN_ID, SIG
 from test_rounds import PEERS, feed_all, machine, of, proposal, published, votes_from
 
+
+def _decided(order: tuple[str, ...]) -> tuple[RoundMachine, InclusionList]:
+    """order[3] decides step 0's epoch-0 list of all four payloads with order[0] and order[1]."""
+    m = machine(order[3])
+    feed_all(m, 0, 0.0)
+    lst = proposal(0, 0, PEERS)
+    m.on_message(lst, 0.1)
+    votes_from(m, lst, order[:2], 0.1)
+    assert m.decided_list(0) == lst
+    return m, lst
 
 def test_next_leader_reproposes_the_list_a_quorum_prevoted_with_its_pol() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
@@ -56,12 +67,7 @@ def test_a_locked_peer_votes_for_another_list_only_with_a_pol_at_least_as_new_as
 
 def test_decided_peer_answers_a_laggard_with_its_certificate_which_decides_the_step_there() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
-    m = machine(order[3])
-    feed_all(m, 0, 0.0)
-    lst = proposal(0, 0, PEERS)
-    m.on_message(lst, 0.1)
-    votes_from(m, lst, order[:2], 0.1)
-    assert m.decided_list(0) == lst
+    m, lst = _decided(order)
     out = m.on_message(Status(RUN_ID, 0, 2, order[2]), 9.0)
     (cert,) = published(out, Certificate)
     assert cert.decided.digest() == lst.digest() and cert.decided.epoch == 0
@@ -88,12 +94,7 @@ def test_a_certificate_short_of_a_quorum_decides_nothing() -> None:
 
 def test_a_different_list_for_a_decided_step_is_a_claim_unless_certified_and_never_a_resync() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
-    m = machine(order[3])
-    feed_all(m, 0, 0.0)
-    lst = proposal(0, 0, PEERS)
-    m.on_message(lst, 0.1)
-    votes_from(m, lst, order[:2], 0.1)
-    assert m.decided_list(0) == lst
+    m, lst = _decided(order)
     other = proposal(0, 2, order[:3])  # an honest leader that missed the decision may propose this
     out = m.on_message(other, 5.0)
     assert not of(out, ListConflict) and not of(out, ResyncNeeded)
