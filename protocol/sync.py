@@ -11,8 +11,9 @@ those weights are at. Two requests, both small capped msgpack maps:
 
 Why chunks with per-chunk hashes: a joiner pulls the chunks of one snapshot from several donors that
 described the same snapshot (same weights hash), spreading the upload, and can tell which donor sent a bad
-chunk and take it from another. Whether the weights themselves are right is decided by the node, against
-the weights hash a majority of peers announces; this module only guarantees "these are the bytes described".
+chunk and take it from another. Whether a description is right is decided by the node, by how many peers
+of a roster it trusts gave the same one (node/peer/state_trust.py); this module only guarantees "these are
+the bytes described".
 """
 
 from __future__ import annotations
@@ -272,10 +273,12 @@ async def fetch_part(
     *,
     timeout: float,
     parallel: int = 4,
+    on_wrong: Callable[[ID], None] | None = None,
 ) -> bytes:
     """All chunks of ``part``, spread round-robin over ``donors`` (each holding a part with that sha256); a
-    chunk that fails or does not match its hash is retried from the next donor. FetchFailedError if some
-    chunk could not be had from anyone."""
+    chunk that fails or does not match its hash is retried from the next donor. A donor that sent a chunk
+    that does not match is reported to ``on_wrong`` and not asked for more. FetchFailedError if some chunk
+    could not be had from anyone."""
     info = meta.parts.get(part)
     if info is None:
         raise SnapshotError(f"snapshot has no part {part!r}")
@@ -285,11 +288,14 @@ async def fetch_part(
     failures: list[tuple[str, TransportError]] = []
     limit = trio.Semaphore(parallel)
     missing: list[int] = []
+    wrong: set[ID] = set()
 
     async def one(index: int) -> None:
         async with limit:
             for attempt in range(len(donors)):
                 donor = donors[(index + attempt) % len(donors)]
+                if donor in wrong:
+                    continue
                 req = msgpack.packb({"op": "chunk", "run_id": run_id, "sha256": info.sha256, "part": part,
                                      "index": index}, use_bin_type=True)
                 try:
@@ -303,6 +309,10 @@ async def fetch_part(
                 if len(data) != want or hashlib.sha256(data).digest() != info.chunk_hashes[index]:
                     failures.append((str(donor), MalformedReplyError(f"chunk {index} of {part} is wrong",
                                                                      str(donor))))
+                    if donor not in wrong:
+                        wrong.add(donor)
+                        if on_wrong is not None:
+                            on_wrong(donor)
                     continue
                 buf[start : start + want] = data
                 return

@@ -1,10 +1,11 @@
 """What the swarm's signed announcements told us, per step: who computed on which weights, and when.
 
-Two readers: state sync counts the peers whose announcement of a step carried a snapshot's weights hash
-(each announcement is signed, so each peer vouches once), and the step report splits a round's time into
-waiting for the slowest peer's compute (its announcement) and the exchange after it. Bounded to the last
-``ANNOUNCE_MEMORY`` steps, one announcement per peer and step (a second one is equivocation, and remembering
-it let one peer grow a step's memory with every message it sent), and ``MAX_PEERS_PER_STEP`` peers a step.
+Two readers: the weights-agreement metric counts the peers whose announcement of a step carried each
+weights hash (each announcement is signed, so each peer counts once), and the step report splits a round's
+time into waiting for the slowest peer's compute (its announcement) and the exchange after it. Bounded to
+the last ``ANNOUNCE_MEMORY`` steps, one announcement per peer and step (a second one is equivocation, and
+remembering it let one peer grow a step's memory with every message it sent), and ``MAX_PEERS_PER_STEP``
+peers a step.
 """
 
 from __future__ import annotations
@@ -34,10 +35,6 @@ class AnnouncementLog:
         for memory in (self._by_hash, self._arrived):
             while len(memory) > self._memory:
                 memory.popitem(last=False)
-
-    def announcers(self, step: int, weights_hash: bytes) -> set[str]:
-        """Peers whose announcement for ``step`` carried ``weights_hash`` (signed, so each counts once)."""
-        return set(self._by_hash.get(step, {}).get(weights_hash, set()))
 
     def by_hash(self, step: int) -> Mapping[bytes, set[str]]:
         """Every weights hash announced for ``step``, with the peers that announced it."""

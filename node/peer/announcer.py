@@ -94,7 +94,7 @@ class Announcer:
             t0 = time.perf_counter()
             await trio.sleep(self._comm_delay)
             phases["comm_delay"] = time.perf_counter() - t0
-        # The hash of the weights at this step boundary (what a joiner syncing at step s gets vouched for).
+        # The hash of the weights at this step boundary (what a snapshot cut at step s describes).
         # Sequential: the weights the gradient was taken on. Overlapped: the gradient was taken one update
         # earlier, but every peer announces the same boundary hash, which the round machine compares.
         weights = self._trainer.weights_hash

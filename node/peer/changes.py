@@ -1,7 +1,7 @@
 """One broadcast wake-up for the peer's tasks.
 
 Why one signal instead of an event per condition: the waiters (the training loop waiting for a decision,
-start-up waiting to hear its cohort, state sync waiting for vouching announcements, the genesis answer)
+start-up waiting to hear its cohort, a snapshot request waiting for a cut, the genesis answer)
 each re-check their own condition after waking, so a single "something changed" serves them all, and the
 code that changes state does not need to know who is waiting for what.
 """

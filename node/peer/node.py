@@ -60,6 +60,7 @@ from .snapshots import GenesisCohort, SnapshotDesk
 from .startup import RunSource, Startup, emit_listening, obtain_manifest
 from .state_gate import StateRequestGate
 from .state_sync import SyncContext
+from .state_trust import UntrustedDonors
 from .step_report import StepReporter
 from .telemetry import Telemetry
 from .trainer import LocalSetupError, Trainer
@@ -217,8 +218,8 @@ class PeerNode:
             intake = GossipIntake(decoder=decoder, driver=driver, announcements=announcements,
                                   changes=changes, out=out)
             sync = SyncContext(host=host, run_id=run.run_id, max_state_bytes=opts.max_state_bytes,
-                               bootstrap=source.bootstrap_peer, trainer=run.trainer, vouchers=announcements,
-                               changes=changes, round_view=lambda: driver.machine)
+                               bootstrap=source.bootstrap_peer, trainer=run.trainer,
+                               round_view=lambda: driver.machine, untrusted=_untrusted_donors(out))
             resyncer = Resyncer(sync=sync, driver=driver, intake=intake, out=out)
             cohort = GenesisCohort(run.self_id, opts.genesis_peers, changes) if self.founder else None
             snapshots = SnapshotDesk(cohort=cohort, driver=driver, resync=resyncer, trainer=run.trainer,
@@ -299,3 +300,10 @@ class PeerNode:
                           decoded=decoded, stop=stop,
                           checkpointer=checkpointer, changes=self._changes, out=out, steps=opts.steps,
                           compute_limit=self._compute_limit, feed=run.feed)
+
+
+def _untrusted_donors(out: Output) -> UntrustedDonors:
+    def said(peer: str) -> None:
+        out.emit("donor_untrusted", f"state donor {peer} served bytes that contradict the attested snapshot; "
+                 "not asked again", peer=peer)
+    return UntrustedDonors(on_add=said)

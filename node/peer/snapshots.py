@@ -95,8 +95,13 @@ class SnapshotDesk:
         if cohort is not None and not cohort.complete:
             return await cohort.answer(str(requester)) if genesis else None
         m = self._driver.machine
-        if m is None or self._resync.replacing:
-            return None  # replacing our own state: nothing worth cutting (the asker tries others)
+        if m is None:
+            return None
+        if self._resync.replacing:
+            # Our state is about to be replaced: nothing worth cutting, but the last snapshot we cut still
+            # describes state our rounds decided. Answering NOT_READY instead left a resyncing swarm with the
+            # liar as the only donor; a stale answer simply fails to gather f + 1 alike and costs nothing.
+            return self._latest
         latest = self._latest
         if (latest is not None and latest.meta.step == m.next_apply_step
                 and latest.meta.weights_hash == self._trainer.weights_hash):

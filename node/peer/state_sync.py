@@ -1,15 +1,15 @@
-"""Join and resync: get the swarm's weights, optimizer state and round state, verified by a majority.
+"""Join and resync: get the swarm's weights, optimizer state and round state, attested by a roster we trust.
 
-1. Ask donors (the bootstrap peer first, then other connected peers) to describe a snapshot cut at their next
-   step boundary (``/distro/state/1.0.0`` meta).
+1. Ask donors (the bootstrap peer first, then peers of the trusted roster, then other connected peers) to
+   describe a snapshot cut at their next step boundary (``/distro/state/1.0.0`` meta).
 2. Genesis: if the bootstrap founder answers with step 0 and its weights hash equals the hash of the weights
    we built from the manifest's seed, nothing needs to move: we are part of the genesis cohort.
-3. Otherwise group the descriptions by (step, weights hash) and take the largest group. Its hash is trusted
-   only when a strict majority of that step's active roster vouches for it: donors in the group plus peers
-   whose signed gossip announcement for that step carried the same hash (announcements are computed on
-   exactly the weights of that boundary). We wait a bounded time for those announcements.
-4. Pull the weights in chunks from every donor of the group (byte-identical blobs), the optimizer state from
-   one of them, load, and check the resulting hash once more before adopting the round state.
+3. Otherwise take the description that f + 1 active peers of the trusted roster gave byte for byte alike
+   (node/peer/state_trust.py says why that is enough and whose roster is trusted). We stop asking as soon as
+   one is attested, so a donor that holds its answer costs nothing once enough others have answered.
+4. Pull the weights in chunks from every donor of that description (each chunk checked against the attested
+   chunk hashes; a donor that serves a wrong one is not asked again), the optimizer state from a trusted
+   donor, load, and check the resulting hash once more before adopting the round state.
 """
 
 from __future__ import annotations
@@ -17,26 +17,28 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import trio
 from distro_node.protocol.errors import TransportError
 from distro_node.protocol.host import P2PHost
-from distro_node.protocol.membership import SyncState
+from distro_node.protocol.membership import Roster, SyncState
 from distro_node.protocol.sync import SnapshotMeta, fetch_meta, fetch_part
 from libp2p.peer.id import ID
 
 from .snapshot_io import SnapshotFormatError
+from .state_trust import Attested, TrustAnchor, UntrustedDonors, choose_snapshot
 
 logger = logging.getLogger(__name__)
 
 MAX_DONORS = 4
 GENESIS_META_TIMEOUT = 300.0  # a founder holds genesis answers until its cohort is complete
 META_TIMEOUT = 40.0
-VERIFY_TIMEOUT = 15.0
 PART_TIMEOUT = 60.0
 ATTEMPTS = 6
+
+Answers = list[tuple[ID, SnapshotMeta]]  # (donor, its description), in order of arrival
 
 
 class StateLoader(Protocol):
@@ -46,12 +48,6 @@ class StateLoader(Protocol):
     def weights_hash(self) -> bytes: ...
 
     def load(self, weights: bytes, optim: bytes | None, max_bytes: int) -> bytes: ...
-
-
-class Vouchers(Protocol):
-    """Signed gossip announcements: which peers announced ``step`` computed on ``weights_hash``."""
-
-    def announcers(self, step: int, weights_hash: bytes) -> set[str]: ...
 
 
 class Heights(Protocol):
@@ -64,18 +60,17 @@ class BehindLimit(Protocol):
 
 
 class RoundView(Protocol):
-    """What donor ranking reads of a running round machine: how far each peer got, and how far behind a
-    peer may be before it must resync."""
+    """What a sync reads of a running round machine: the roster it trusts, how far each peer got, and how far
+    behind a peer may be before it must resync."""
+
+    @property
+    def roster(self) -> Roster: ...
 
     @property
     def liveness(self) -> Heights: ...
 
     @property
     def config(self) -> BehindLimit: ...
-
-
-class Changes(Protocol):
-    async def wait(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -88,24 +83,23 @@ class SyncContext:
     max_state_bytes: int
     bootstrap: ID | None  # a joiner's bootstrap peer, asked first; None for a founder
     trainer: StateLoader
-    vouchers: Vouchers
-    changes: Changes
     round_view: Callable[[], RoundView | None]  # None before the round machine runs
+    untrusted: UntrustedDonors = field(default_factory=UntrustedDonors)
 
 
 class JoinError(RuntimeError):
     """No verified state could be obtained from the swarm; the message says what was tried."""
 
 
-def _donor_candidates(ctx: SyncContext, first: ID | None) -> list[ID]:
-    """``first`` (the bootstrap peer), then the peers heard at the highest steps, leaving out peers known to
-    be behind the best of them. Why: after a partition heals, the other peers of our side are as far behind
-    as we are and hold their answer until a step boundary they cannot reach, and a sync waits for every
-    donor it asked: one such donor cost each attempt ~30 s."""
+def _donor_candidates(ctx: SyncContext, first: ID | None, anchor: TrustAnchor | None) -> list[ID]:
+    """``first`` (the bootstrap peer), then the anchor's active peers, then the rest; within each, peers heard
+    at the highest steps first, leaving out peers known to be behind the best of them and donors that served
+    us wrong bytes. Why leave the laggards out: after a partition heals, the other peers of our side are as
+    far behind as we are and hold their answer until a step boundary they cannot reach."""
     m = ctx.round_view()
     # Shuffled, never sorted by id: ids cost nothing to grind, and a fixed order would let a made-up id
     # take the donor slots of every joiner.
-    peers = list(ctx.host.member_peers())
+    peers = [p for p in ctx.host.member_peers() if str(p) not in ctx.untrusted]
     random.SystemRandom().shuffle(peers)
     if m is not None:
         steps = {p: m.liveness.highest_step(str(p)) for p in peers}
@@ -114,16 +108,20 @@ def _donor_candidates(ctx: SyncContext, first: ID | None) -> list[ID]:
             floor = max(known) - m.config.behind_steps
             peers = [p for p in peers if (h := steps[p]) is None or h >= floor]
         peers.sort(key=lambda p: -1 if (h := steps[p]) is None else h, reverse=True)
+    if anchor is not None:
+        peers.sort(key=lambda p: not anchor.roster.is_eligible(str(p)))  # stable: keeps the order above
     ordered = ([first] if first is not None and first in peers else []) + [p for p in peers if p != first]
     return ordered[:MAX_DONORS]
 
 
 async def _describe(
-    ctx: SyncContext, donors: list[ID], genesis_peer: ID | None, errors: list[str]
-) -> list[tuple[ID, SnapshotMeta]]:
-    metas: list[tuple[ID, SnapshotMeta]] = []
+    ctx: SyncContext, donors: list[ID], genesis_peer: ID | None, errors: list[str],
+    enough: Callable[[Answers], bool],
+) -> Answers:
+    """Ask every donor at once; stop waiting for the rest as soon as ``enough`` of them have answered."""
+    metas: Answers = []
 
-    async def ask(donor: ID) -> None:
+    async def ask(donor: ID, cancel: trio.CancelScope) -> None:
         genesis = donor == genesis_peer
         try:
             meta = await fetch_meta(ctx.host, donor, ctx.run_id, genesis=genesis,
@@ -134,42 +132,64 @@ async def _describe(
             errors.append(f"{str(donor)[-8:]}: {exc}")
             return
         metas.append((donor, meta))
+        if enough(metas):
+            cancel.cancel()
 
     async with trio.open_nursery() as nursery:
         for donor in donors:
-            nursery.start_soon(ask, donor)
+            nursery.start_soon(ask, donor, nursery.cancel_scope)
     return metas
 
 
-def _vouchers(ctx: SyncContext, meta: SnapshotMeta, group: list[ID]) -> tuple[int, int]:
-    """(peers of the roster vouching for the group's hash, active roster size)."""
-    eligible = set(meta.state.roster.eligible())
-    vouch = {str(d) for d in group} | ctx.vouchers.announcers(meta.step, meta.weights_hash)
-    return len(vouch & eligible), len(eligible)
+def _own_anchor(ctx: SyncContext) -> TrustAnchor | None:
+    m = ctx.round_view()
+    return None if m is None else TrustAnchor(m.roster, "our own roster")
 
 
-async def _verified(ctx: SyncContext, meta: SnapshotMeta, group: list[ID]) -> bool:
-    with trio.move_on_after(VERIFY_TIMEOUT):
-        while True:
-            have, total = _vouchers(ctx, meta, group)
-            if 2 * have > total:
-                return True
-            await ctx.changes.wait()
-    return False
+def _bootstrap_anchor(ctx: SyncContext, metas: Answers) -> TrustAnchor | None:
+    for donor, meta in metas:
+        if donor == ctx.bootstrap:
+            return TrustAnchor(meta.state.roster, "the bootstrap peer's roster")
+    return None
+
+
+async def _fetch(ctx: SyncContext, chosen: Attested) -> tuple[bytes, bytes | None]:
+    """The attested weights from every donor that described them, the optimizer part from a trusted one."""
+    def wrong(donor: ID) -> None:
+        ctx.untrusted.add(str(donor))
+
+    meta = chosen.meta
+    weights = await fetch_part(ctx.host, chosen.donors, ctx.run_id, meta, "weights", timeout=PART_TIMEOUT,
+                               on_wrong=wrong)
+    optim = None
+    if "optim" in meta.parts:
+        optim = await fetch_part(ctx.host, chosen.donors[:1], ctx.run_id, meta, "optim", timeout=PART_TIMEOUT,
+                                 on_wrong=wrong)
+    return weights, optim
+
+
+def _attested_by(ctx: SyncContext, anchor: TrustAnchor | None) -> Callable[[Answers], bool]:
+    """Whether the answers so far hold an attested snapshot (a joiner's anchor comes with its bootstrap's)."""
+    def enough(metas: Answers) -> bool:
+        trusted = anchor if anchor is not None else _bootstrap_anchor(ctx, metas)
+        return trusted is not None and choose_snapshot(metas, trusted)[0] is not None
+    return enough
 
 
 async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState, str]:
-    """Verified state (weights already loaded into ``ctx.trainer``); returns (state, how)."""
+    """Attested state (weights already loaded into ``ctx.trainer``); returns (state, how)."""
     bootstrap = ctx.bootstrap
     problems: list[str] = []
+    anchor = _own_anchor(ctx)
     for _attempt in range(ATTEMPTS):
-        donors = _donor_candidates(ctx, bootstrap)
+        donors = _donor_candidates(ctx, bootstrap, anchor)
         if not donors:
             problems.append("no connected peers")
             await trio.sleep(1.0)
             continue
         errors: list[str] = []
-        metas = await _describe(ctx, donors, bootstrap if genesis else None, errors)
+        enough = _attested_by(ctx, anchor)
+        metas = await _describe(ctx, donors, bootstrap if genesis else None, errors, enough)
         if not metas:
             problems.append("no donor described a snapshot (" + "; ".join(errors[:3]) + ")")
             await trio.sleep(1.0)
@@ -178,22 +198,18 @@ async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState
             local_init = meta.weights_hash == ctx.trainer.weights_hash
             if donor == bootstrap and genesis and meta.step == 0 and local_init:
                 return meta.state, "genesis"
-        groups: dict[tuple[int, bytes], list[tuple[ID, SnapshotMeta]]] = {}
-        for donor, meta in metas:
-            groups.setdefault((meta.step, meta.weights_hash), []).append((donor, meta))
-        (step, _), members = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][0]))
-        meta = members[0][1]
-        group = [d for d, _ in members]
-        if not await _verified(ctx, meta, group):
-            have, total = _vouchers(ctx, meta, group)
-            problems.append(f"weights hash of step {step} vouched by only {have} of {total} active peers")
+        anchor = anchor if anchor is not None else _bootstrap_anchor(ctx, metas)
+        if anchor is None:
+            problems.append("the bootstrap peer described no snapshot (no other donor is trusted without it)")
+            await trio.sleep(1.0)
             continue
+        chosen, why = choose_snapshot(metas, anchor)
+        if chosen is None:
+            problems.append(why)
+            continue
+        meta = chosen.meta
         try:
-            weights = await fetch_part(ctx.host, group, ctx.run_id, meta, "weights", timeout=PART_TIMEOUT)
-            optim = None
-            if "optim" in meta.parts:
-                optim = await fetch_part(ctx.host, group[:1], ctx.run_id, members[0][1], "optim",
-                                         timeout=PART_TIMEOUT)
+            weights, optim = await _fetch(ctx, chosen)
         except TransportError as exc:
             problems.append(f"transfer failed: {exc}")
             continue
@@ -203,7 +219,9 @@ async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState
             problems.append(f"state does not load: {exc}")
             continue
         if got != meta.weights_hash:
-            problems.append(f"loaded weights hash {got.hex()[:12]} != vouched {meta.weights_hash.hex()[:12]}")
+            problems.append(f"loaded weights {got.hex()[:12]} != attested {meta.weights_hash.hex()[:12]}")
             continue
-        return meta.state, f"state sync from {len(group)} donor(s)"
+        how = (f"state sync from {len(chosen.donors)} donor(s), attested by {len(chosen.attesters)} active "
+               f"peer(s) of {anchor.source}")
+        return meta.state, how
     raise JoinError("; ".join(problems[-4:]) or "state sync failed")

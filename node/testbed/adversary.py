@@ -12,6 +12,8 @@ Kinds:
     jump-epochs with every status it sends, sends one for an epoch 500 later.
     gossip-flood  publishes 1,000 well-formed signed heartbeats a second (each different), beside its
                 honest traffic.
+    lying-donor describes zeroed weights under a roster of itself and 4 Sybil identities it runs, which
+                answer state requests alike (node/testbed/adversary_donor.py).
 
 Kinds combine: ``double-vote,jump-epochs`` applies both patches.
 
@@ -39,7 +41,9 @@ from distro_node.protocol.consensus import agreement, epochs, round_state
 from distro_node.protocol.consensus.actions import Publish
 from distro_node.protocol.messages import Announcement, Heartbeat, InclusionList
 
-KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs", "gossip-flood")
+from .adversary_donor import patch_lying_donor
+
+KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs", "gossip-flood", "lying-donor")
 FLOOD_PER_S = 1000
 
 
@@ -148,7 +152,7 @@ def _gossip_flood() -> None:
 
 PATCHES: dict[str, Callable[[], None]] = {
     "forge-list": _forge_lists, "equivocate": _equivocate, "double-vote": _double_vote,
-    "jump-epochs": _jump_epochs, "gossip-flood": _gossip_flood,
+    "jump-epochs": _jump_epochs, "gossip-flood": _gossip_flood, "lying-donor": patch_lying_donor,
 }
 
 

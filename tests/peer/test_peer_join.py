@@ -1,4 +1,12 @@
-"""Mid-run join with real peer processes on loopback: a fifth peer joins a running 4-peer swarm.
+"""Mid-run join with real peer processes on loopback: a fifth peer joins a running 4-peer swarm, one of
+whose peers is a lying state donor.
+
+The liar (node/testbed/adversary_donor.py, ``lying-donor``) trains honestly but describes every snapshot as
+zeroed weights under a roster of itself and four Sybil identities it runs, which answer state requests
+alike: counted by the lie's own roster the lie has a majority, and the Sybils outnumber the honest donors.
+The newcomer counts descriptions against the roster its bootstrap peer describes, where the lie has one
+attester of the two needed, and so ends on the honest weights (threats: "a newcomer is handed the
+attacker's weights").
 
 The swarm runs with a step budget far beyond what the test waits for, because a newcomer needs several
 seconds to start (torch import, model build, manifest fetch, state sync) while tiny-preset rounds take
@@ -19,13 +27,17 @@ LONG = ["--steps", "100000"]  # never reached: the test ends by killing the proc
 WARMUP_ROUNDS = 3  # the manifest default (--warmup-rounds)
 
 
-def test_fifth_peer_joins_at_round_10_and_matches_after_warmup(procs: Procs) -> None:
-    peers = procs.swarm(4, RUN, LONG)
+def test_fifth_peer_joins_at_round_10_past_a_lying_donor_and_matches_after_warmup(procs: Procs) -> None:
+    founder = procs.start([*RUN, *LONG, "--genesis-peers", "4"], "peer0")
+    command = founder.info()["join_command"]
+    peers = [founder, *(procs.start_command(command, LONG, f"peer{i}") for i in (1, 2))]
+    peers.append(procs.start_adversary("lying-donor", command, LONG, "liar"))
     peers[0].wait_step(10, 120)
-    newcomer = procs.start_command(peers[0].info()["join_command"], LONG, "newcomer")
+    newcomer = procs.start_command(command, LONG, "newcomer")
     joined = newcomer.wait_for(lambda e: e.get("event") == "joined", 120, "joined")
     assert not joined["genesis"]
     assert joined["step"] >= 10, joined
+    assert "the bootstrap peer's roster" in joined["how"], joined
     first = newcomer.wait_step(0, 60)["step"]
     included = newcomer.wait_for(lambda e: e.get("event") == "step" and e["self_included"], 120,
                                  "first round that includes the newcomer")

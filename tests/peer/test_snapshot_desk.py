@@ -48,30 +48,60 @@ class World:
     machine: Machine = field(default_factory=lambda: Machine(5))
 
 
+ASKER = ID(b"\x00\x01x")
+
+
+def make_desk(w: World, resync: NotResyncing) -> SnapshotDesk:
+    return SnapshotDesk(cohort=None, driver=Driver(w.machine), resync=resync,  # type: ignore[arg-type]
+                        trainer=w.trainer, compute_limit=trio.CapacityLimiter(1),  # type: ignore[arg-type]
+                        changes=ChangeSignal())
+
+
+async def cut_while_asked(desk: SnapshotDesk, step: int) -> object:
+    """A request waits for the next boundary; the training loop reaches ``step`` and cuts."""
+    got: list[object] = []
+
+    async def ask() -> None:
+        got.append(await desk.provide(ASKER, False))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        await trio.testing.wait_all_tasks_blocked()
+        await desk.cut(step)
+    return got[0]
+
+
 def test_requests_at_one_boundary_share_one_cut_and_a_new_step_or_load_cuts_again() -> None:
     async def body() -> None:
         w = World()
-        desk = SnapshotDesk(cohort=None, driver=Driver(w.machine), resync=NotResyncing(),  # type: ignore[arg-type]
-                            trainer=w.trainer, compute_limit=trio.CapacityLimiter(1),  # type: ignore[arg-type]
-                            changes=ChangeSignal())
-        asker = ID(b"\x00\x01x")
-        async with trio.open_nursery() as nursery:
-            got: list[object] = []
-
-            async def ask() -> None:
-                got.append(await desk.provide(asker, False))
-
-            nursery.start_soon(ask)
-            await trio.testing.wait_all_tasks_blocked()
-            await desk.cut(5)  # the training loop reaches the boundary a request waits for
-        first = got[0]
+        desk = make_desk(w, NotResyncing())
+        first = await cut_while_asked(desk, 5)
         assert first is not None and w.trainer.cuts == 1
         for _ in range(50):  # a flood at the same boundary: no new cut
-            assert await desk.provide(asker, False) is first
+            assert await desk.provide(ASKER, False) is first
         assert w.trainer.cuts == 1
         w.trainer.weights_hash = hashlib.sha256(b"loaded by a resync").digest()
         with trio.move_on_after(0.05):
-            await desk.provide(asker, False)  # waits for the next boundary: the old cut is stale
+            await desk.provide(ASKER, False)  # waits for the next boundary: the old cut is stale
+        assert w.trainer.cuts == 1
+
+    trio.run(body)
+
+
+def test_a_resyncing_peer_keeps_serving_its_last_cut() -> None:
+    """While our state is being replaced we cannot cut, but the last cut still describes state our rounds
+    decided: answering nothing left a resyncing swarm with a liar as its only donor."""
+    async def body() -> None:
+        w = World()
+        resync = NotResyncing()
+        desk = make_desk(w, resync)
+        resync.replacing = True
+        assert await desk.provide(ASKER, False) is None  # nothing cut yet: nothing to serve
+        resync.replacing = False
+        cut = await cut_while_asked(desk, 5)
+        resync.replacing = True
+        w.trainer.weights_hash = hashlib.sha256(b"half loaded").digest()
+        assert await desk.provide(ASKER, False) is cut
         assert w.trainer.cuts == 1
 
     trio.run(body)
