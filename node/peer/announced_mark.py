@@ -1,4 +1,4 @@
-"""The payloads this identity signed for its latest steps, kept beside its key.
+"""The payloads this identity signed for its latest steps, kept beside its key and named after it.
 
 Why: two different signed payloads for one step are equivocation, which every honest replica answers with
 a ban (protocol/evidence.py). An honest peer could sign twice without meaning to: after a resync to a
@@ -8,7 +8,9 @@ signing it looks here: the same payload again is fine (a resumed run recomputes 
 different one for a step it signed is refused, and so is any step older than those kept; the peer is
 merely left out of that step. A step is written here before its announcement leaves, so a crash in
 between costs a step, never a ban. Without a key file the identity dies with the process, and so does the
-record (memory only).
+record (memory only). Named after the key file (``<key file>.announced``), not the folder: identities whose
+keys share a folder (several peers on one machine) each keep their own record; one shared file made each
+of them refuse to announce the others' steps.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-MARK_FILE = "announced_steps"
+MARK_SUFFIX = ".announced"
 KEEP_STEPS = 8  # more than a round's lookahead and the steps a resync can go back
 _MAX_BYTES = 4096
 
 
 class AnnouncedMark:
-    def __init__(self, folder: Path | None, run_id: bytes) -> None:
-        self._path = folder / MARK_FILE if folder is not None else None
+    def __init__(self, key_file: Path | None, run_id: bytes) -> None:
+        self._path = mark_path(key_file) if key_file is not None else None
         self._run = run_id.hex()
         self._signed: dict[int, bytes] = self._load()
 
@@ -45,7 +47,7 @@ class AnnouncedMark:
             del self._signed[old]
         if self._path is None:
             return
-        tmp = self._path.with_name(f".{MARK_FILE}.tmp")
+        tmp = self._path.with_name(f".{self._path.name}.tmp")
         lines = [self._run, *(f"{s} {h.hex()}" for s, h in sorted(self._signed.items()))]
         with tmp.open("w") as fh:
             fh.write("\n".join(lines) + "\n")
@@ -72,4 +74,8 @@ class AnnouncedMark:
         return signed if run == self._run else {}
 
 
-__all__ = ["KEEP_STEPS", "MARK_FILE", "AnnouncedMark"]
+def mark_path(key_file: Path) -> Path:
+    return key_file.with_name(key_file.name + MARK_SUFFIX)
+
+
+__all__ = ["KEEP_STEPS", "AnnouncedMark", "mark_path"]

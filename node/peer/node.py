@@ -285,7 +285,7 @@ class PeerNode:
         if opts.fault is not None:  # seeded by our id: two faulty peers never send identical payloads
             fault = FaultInjector(opts.fault, seed=int.from_bytes(run.host.peer_id.to_bytes()[-8:], "big"))
         signer = AuthorshipSigner(run.host.key_pair.private_key, run.self_id, run.run_id)
-        mark = AnnouncedMark(opts.key_file.parent if opts.key_file is not None else None, run.run_id)
+        mark = AnnouncedMark(opts.key_file, run.run_id)
         announcer = Announcer(self_id=run.self_id, run_id=run.run_id, signer=signer, mark=mark,
                               trainer=run.trainer, store=run.store,
                               decoded=decoded, outbox=outbox, driver=driver, telemetry=run.telemetry,

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from distro_node.node.peer.announced_mark import KEEP_STEPS, MARK_FILE, AnnouncedMark
+from distro_node.node.peer.announced_mark import KEEP_STEPS, AnnouncedMark, mark_path
 
 RUN = hashlib.sha256(b"run").digest()
 OTHER = hashlib.sha256(b"other run").digest()
@@ -19,7 +19,7 @@ def h(text: str) -> bytes:
 
 
 def test_same_payload_again_is_fine_a_different_one_is_refused(tmp_path: Path) -> None:
-    mark = AnnouncedMark(tmp_path, RUN)
+    mark = AnnouncedMark(tmp_path / "node.key", RUN)
     assert mark.may_announce(5, h("a"))
     mark.record(5, h("a"))
     assert mark.may_announce(5, h("a"))  # a resumed run recomputes the step bit for bit
@@ -29,14 +29,20 @@ def test_same_payload_again_is_fine_a_different_one_is_refused(tmp_path: Path) -
 
 
 def test_the_record_survives_a_restart_for_its_run_only(tmp_path: Path) -> None:
-    mark = AnnouncedMark(tmp_path, RUN)
+    mark = AnnouncedMark(tmp_path / "node.key", RUN)
     for step in range(20):
         mark.record(step, h(str(step)))
-    again = AnnouncedMark(tmp_path, RUN)
+    again = AnnouncedMark(tmp_path / "node.key", RUN)
     assert again.may_announce(19, h("19")) and not again.may_announce(19, h("x"))
     assert not again.may_announce(20 - KEEP_STEPS - 1, h("old"))
-    assert AnnouncedMark(tmp_path, OTHER).may_announce(0, h("new run"))  # another run starts afresh
-    assert len((tmp_path / MARK_FILE).read_text().splitlines()) == KEEP_STEPS + 1
+    assert AnnouncedMark(tmp_path / "node.key", OTHER).may_announce(0, h("new run"))  # another run: afresh
+    assert len(mark_path(tmp_path / "node.key").read_text().splitlines()) == KEEP_STEPS + 1
+
+
+def test_identities_whose_keys_share_a_folder_keep_their_own_records(tmp_path: Path) -> None:
+    one, other = AnnouncedMark(tmp_path / "a.key", RUN), AnnouncedMark(tmp_path / "b.key", RUN)
+    one.record(5, h("a's payload"))
+    assert other.may_announce(5, h("b's payload"))
 
 
 def test_without_a_key_folder_it_lives_in_memory_and_an_unreadable_file_is_named(
@@ -44,7 +50,7 @@ def test_without_a_key_folder_it_lives_in_memory_and_an_unreadable_file_is_named
     mark = AnnouncedMark(None, RUN)
     mark.record(3, h("a"))
     assert not mark.may_announce(3, h("b"))
-    (tmp_path / MARK_FILE).write_bytes(b"\xff\xfe garbage")
+    mark_path(tmp_path / "node.key").write_bytes(b"\xff\xfe garbage")
     with caplog.at_level(logging.WARNING):
-        assert AnnouncedMark(tmp_path, RUN).may_announce(3, h("b"))
-    assert MARK_FILE in caplog.text
+        assert AnnouncedMark(tmp_path / "node.key", RUN).may_announce(3, h("b"))
+    assert "node.key.announced" in caplog.text
