@@ -36,7 +36,7 @@ PREFIX = "distro"
 PHASES: tuple[str, ...] = ("data", "compute", "prepare", "exchange", "apply", "checkpoint", "sync")
 # Why a gossip message was refused before the round machine saw it: its sender is banned, or the codec's
 # reason (malformed bytes, wrong run, an author other than the signer, ...).
-GOSSIP_REASONS: tuple[str, ...] = ("banned", "rate", *CODEC_ERROR_REASONS)
+GOSSIP_REASONS: tuple[str, ...] = ("banned", "not_admitted", "rate", *CODEC_ERROR_REASONS)
 # How a round closed: every expected payload arrived, or the deadline cut it short.
 OUTCOMES: tuple[str, ...] = ("complete", "deadline")
 # Step times range from milliseconds (tiny preset, loopback) to minutes (1.2B over a WAN).
@@ -95,6 +95,10 @@ class NodeMetrics:
         )
         self._quorum = Gauge(f"{PREFIX}_vote_quorum", "Signed votes that decide a step (2f + 1 of 3f + 1)",
                              registry=r)
+        self._permissioned = Gauge(
+            f"{PREFIX}_admission_permissioned",
+            "1: only the founder and holders of its tickets are admitted; 0: an open run", registry=r,
+        )
         self._sent = Counter(f"{PREFIX}_payload_sent_bytes", "Payload bytes sent to peers", registry=r)
         self._received = Counter(
             f"{PREFIX}_payload_received_bytes", "Payload bytes received from peers", registry=r
@@ -196,6 +200,9 @@ class NodeMetrics:
     def set_trust(self, faults: int, quorum: int) -> None:
         self._faults.set(_count("faults", faults))
         self._quorum.set(_count("quorum", quorum))
+
+    def set_admission(self, permissioned: bool) -> None:
+        self._permissioned.set(1 if permissioned else 0)
 
     def set_peers(self, count: int) -> None:
         self._peers.set(_count("peers", count))

@@ -38,12 +38,19 @@ class ConnectionWatch(INotifee):
     def __init__(self) -> None:
         self.changed = trio.Event()
         self.lost_sinks: list[trio.MemorySendChannel[ID]] = []
+        self.new_sinks: list[trio.MemorySendChannel[ID]] = []
 
     def lost_peers(self) -> trio.MemoryReceiveChannel[ID]:
         """A new subscription to lost peers. Bounded: a subscriber that falls behind misses entries rather
         than growing memory."""
         send, receive = trio.open_memory_channel[ID](LOST_BUFFER)
         self.lost_sinks.append(send)
+        return receive
+
+    def new_peers(self) -> trio.MemoryReceiveChannel[ID]:
+        """A new subscription to peers of every newly opened connection (bounded like :meth:`lost_peers`)."""
+        send, receive = trio.open_memory_channel[ID](LOST_BUFFER)
+        self.new_sinks.append(send)
         return receive
 
     def _bump(self) -> None:
@@ -58,6 +65,7 @@ class ConnectionWatch(INotifee):
 
     async def connected(self, network: INetwork, conn: INetConn) -> None:
         self._bump()
+        _tell(self.new_sinks, conn.muxed_conn.peer_id)
 
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
         self._bump()
@@ -66,16 +74,21 @@ class ConnectionWatch(INotifee):
             return
         prune_closed(network)
         if not network.get_connections(peer_id):
-            for sink in list(self.lost_sinks):
-                try:
-                    sink.send_nowait(peer_id)
-                except trio.WouldBlock:
-                    logger.debug("lost-peer subscriber is behind; dropped %s", peer_id)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self.lost_sinks.remove(sink)
+            _tell(self.lost_sinks, peer_id)
 
     async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
         return None
 
     async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
         return None
+
+
+def _tell(sinks: list[trio.MemorySendChannel[ID]], peer_id: ID) -> None:
+    """Send without waiting: a subscriber that is behind misses entries, a closed one is dropped."""
+    for sink in list(sinks):
+        try:
+            sink.send_nowait(peer_id)
+        except trio.WouldBlock:
+            logger.debug("peer subscriber is behind; dropped %s", peer_id)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            sinks.remove(sink)

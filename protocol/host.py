@@ -66,6 +66,8 @@ class P2PHost:
         self._dial_limit = trio.Semaphore(config.dial_concurrency)
         self._announce = [parse_multiaddr(a) for a in config.announce_addrs]
         self._blocked: set[ID] = set()  # banned peers: never dialed, streams refused, never advertised
+        self._admitted: Callable[[ID], Awaitable[bool]] | None = None  # a permissioned run's admission
+        self._open_protocols: frozenset[TProtocol] = frozenset()
         for addr in self._announce:
             if "p2p" in [p.name for p in addr.protocols()]:
                 raise BadMultiaddrError(str(addr), "announce addresses take no /p2p/ part")
@@ -155,7 +157,7 @@ class P2PHost:
         """
 
         async def guarded(stream: INetStream) -> None:
-            if stream.muxed_conn.peer_id in self._blocked:
+            if not await self._serves(stream.muxed_conn.peer_id, protocol):
                 await reset_quietly(stream)
                 return
             try:
@@ -165,6 +167,20 @@ class P2PHost:
                 await reset_quietly(stream)
 
         self._host.set_stream_handler(protocol, guarded)
+
+    def restrict(self, admitted: Callable[[ID], Awaitable[bool]],
+                 open_protocols: frozenset[TProtocol]) -> None:
+        """From now on reset every stream, except on ``open_protocols``, of a peer ``admitted`` refuses (a
+        permissioned run's strangers; protocol/admission.py). It is awaited: a peer that just connected is
+        showing its ticket at that moment, and its first streams (gossip among them, which py-libp2p does
+        not open again) must not be reset for coming first."""
+        self._admitted = admitted
+        self._open_protocols = open_protocols
+
+    async def _serves(self, peer_id: ID, protocol: TProtocol) -> bool:
+        if peer_id in self._blocked:
+            return False
+        return self._admitted is None or protocol in self._open_protocols or await self._admitted(peer_id)
 
     def remove_handler(self, protocol: TProtocol) -> None:
         """Stop accepting a protocol (new streams for it are then reset during negotiation)."""
@@ -221,6 +237,10 @@ class P2PHost:
             raise DialError(str(peer_id), f"stream open timed out ({protocol})") from exc
         except Exception as exc:
             raise DialError(str(peer_id), f"cannot open {protocol}: {type(exc).__name__}: {exc}") from exc
+
+    def new_peers(self) -> trio.MemoryReceiveChannel[ID]:
+        """Peers as connections to them open (a subscription; see ConnectionWatch)."""
+        return self._watch.new_peers()
 
     def lost_peers(self) -> trio.MemoryReceiveChannel[ID]:
         """A channel of peers whose last connection to us just closed (a crashed peer's kernel closes its

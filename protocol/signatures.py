@@ -10,7 +10,7 @@ authorship, a prevote, a precommit) can never be replayed as another.
 
 from __future__ import annotations
 
-from libp2p.crypto.keys import KeyType, PrivateKey
+from libp2p.crypto.keys import KeyType, PrivateKey, PublicKey
 from libp2p.peer.id import ID
 
 from .message_fields import SIGNATURE_BYTES, Signer
@@ -23,15 +23,25 @@ def signer_for(key: PrivateKey) -> Signer:
     return sign
 
 
+def is_ed25519_peer_id(peer: str) -> bool:
+    """Whether ``peer`` is a peer id whose ed25519 public key can be read from the id itself."""
+    return _public_key(peer) is not None
+
+
+def _public_key(peer: str) -> PublicKey | None:
+    try:
+        key = ID.from_base58(peer).extract_public_key()
+    except Exception:  # not base58, not a multihash, not a key: a stranger's string, never our bug
+        return None
+    return key if key is not None and key.get_type() == KeyType.Ed25519 else None
+
+
 def signed_by(peer: str, statement: bytes, signature: object) -> bool:
     """True only if ``peer``'s key signed exactly ``statement``; any malformed part is simply False."""
     if type(signature) is not bytes or len(signature) != SIGNATURE_BYTES:
         return False
-    try:
-        key = ID.from_base58(peer).extract_public_key()
-    except Exception:  # not base58, not a multihash, not a key: a stranger's string, never our bug
-        return False
-    if key is None or key.get_type() != KeyType.Ed25519:
+    key = _public_key(peer)
+    if key is None:
         return False
     try:
         return bool(key.verify(statement, signature))
@@ -39,4 +49,4 @@ def signed_by(peer: str, statement: bytes, signature: object) -> bool:
         return False
 
 
-__all__ = ["Signer", "signed_by", "signer_for"]
+__all__ = ["Signer", "is_ed25519_peer_id", "signed_by", "signer_for"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from distro_node.node.cli.common import UsageError, config_help
 from distro_node.node.cli.simulate import STRATEGIES
+from distro_node.node.config.run import ADMISSION_MODES
 from distro_node.node.config.schema import DATA_KINDS, LOG_LEVELS, TOKEN_DTYPES
 from distro_node.node.device import DEVICES, PRECISIONS
 from distro_node.node.faults import FaultSpec, FaultSpecError, fault_usage
@@ -52,6 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     net.add_argument("--key-file", type=Path, default=None,
                      help="ed25519 identity key file, created if missing (default: DATA_DIR/identity.key "
                           "with a data dir, else a fresh identity per process) [network.key_file]")
+    net.add_argument("--ticket", type=Path, default=None, metavar="FILE",
+                     help="admission ticket for a permissioned run: the file the founder's `distro-node "
+                          "ticket issue` wrote for this peer's id (`distro-node ticket id`) [network.ticket]")
     net.add_argument("--data-dir", type=Path, default=None,
                      help="directory for this node's persistent files: identity key, checkpoints "
                           "(default: none when no config sets data_dir) [data_dir]")
@@ -66,6 +70,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help=config_help("save a checkpoint every N steps (and on exit) under "
                                       "DATA_DIR/checkpoints", "checkpoint.every_steps"))
     run = p.add_argument_group("run (founders only; joiners take these from the run manifest)")
+    run.add_argument("--admission", default=None, choices=ADMISSION_MODES,
+                     help=config_help("who may join: anyone, or only peers holding a ticket signed by this "
+                                      "founder's key (needs --key-file or --data-dir)", "run.admission"))
     run.add_argument("--preset", default=None, choices=list(PRESETS),
                      help=config_help("model preset", "run.model"))
     run.add_argument("--strategy", default=None, choices=STRATEGIES,
@@ -201,6 +208,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "network.listen": tup(args.listen),
         "network.announce_addrs": tup(args.announce),
         "network.key_file": args.key_file,
+        "network.ticket": args.ticket,
+        "run.admission": args.admission,
         "run.rounds.round_timeout_seconds": args.round_timeout,
         "run.rounds.leader_timeout_seconds": args.leader_timeout,
         "run.rounds.liveness_timeout_seconds": args.liveness_timeout,

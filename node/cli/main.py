@@ -14,6 +14,7 @@ from distro_node.node.cli import join as cli_join
 from distro_node.node.cli import simulate as cli_simulate
 from distro_node.node.cli import status as cli_status
 from distro_node.node.cli import swarm as cli_swarm
+from distro_node.node.cli import ticket as cli_ticket
 
 from distro_node import __version__
 
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_status.add_parser(sub)
     cli_export.add_parser(sub)
     cli_data.add_parser(sub)
+    cli_ticket.add_parser(sub)
     return parser
 
 

@@ -100,6 +100,8 @@ def render(url: str, st: NodeStatus, now: float) -> str:
     if st.vote_quorum:
         row("trust", f"a step needs {st.vote_quorum} signed votes; safe while at most {st.faults_tolerated} "
                      f"of {st.peers} peers lie")
+    row("admission", "permissioned: only the founder and holders of its tickets are served and heard"
+        if st.permissioned else "open: anyone may join (after a warm-up, without a vote until active)")
     row("payload sent", human_bytes(st.sent_bytes))
     row("payload received", human_bytes(st.received_bytes))
     row("rounds", ", ".join(f"{k} {v}" for k, v in st.rounds.items()) or "-")

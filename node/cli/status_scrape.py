@@ -55,6 +55,7 @@ class NodeStatus:
     banned: int = 0
     faults_tolerated: int = 0
     vote_quorum: int = 0
+    permissioned: bool = False
     weights_agreement_ratio: float | None = None
     bandwidth_reduction_ratio: float | None = None
     checkpoints: int = 0
@@ -177,6 +178,7 @@ def parse_status(text: str) -> NodeStatus:
         banned=int(_get(s, "distro_peers_banned_total") or 0),
         faults_tolerated=int(_get(s, "distro_faults_tolerated") or 0),
         vote_quorum=int(_get(s, "distro_vote_quorum") or 0),
+        permissioned=bool(_get(s, "distro_admission_permissioned")),
         weights_agreement_ratio=_positive(_get(s, "distro_weights_hash_agreement_ratio")),
         bandwidth_reduction_ratio=_positive(_get(s, "distro_bandwidth_reduction_ratio")),
         checkpoints=int(_get(s, "distro_checkpoints_saved_total") or 0),

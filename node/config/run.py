@@ -123,6 +123,9 @@ class RoundsConfig(Section):
             self._range(name, 1, 1000)
 
 
+ADMISSION_MODES: tuple[str, ...] = ("open", "permissioned")
+
+
 @dataclass(frozen=True)
 class RunConfig(Section):
     """What defines a training run; peers must agree on all of it (see :meth:`digest`)."""
@@ -150,6 +153,12 @@ class RunConfig(Section):
         metadata=doc("max global gradient norm before the strategy sees it; 0 disables"),
     )
     rounds: RoundsConfig = field(default_factory=RoundsConfig, metadata=doc("round timings and roster rules"))
+    admission: str = field(
+        default="open",
+        metadata=doc("who may join, set by the founder: open (anyone) | permissioned (only peers holding "
+                     "a ticket signed by the founder's key, `distro-node ticket issue`; the founder needs a "
+                     "key file)"),
+    )
     seed: int = field(default=0, metadata=doc("seed of the initial weights (the same on every peer)"))
     init_from: Path | None = field(
         default=None,
@@ -183,6 +192,9 @@ class RunConfig(Section):
             raise self._fail("seq_len", f"{limit}, got {self.seq_len}")
         self._range("grad_clip", 0.0, 1e9)
         self._range("seed", 0, 2**63 - 1)
+        if self.admission not in ADMISSION_MODES:
+            modes = " | ".join(ADMISSION_MODES)
+            raise self._fail("admission", f"must be one of {modes}, got {self.admission!r}")
 
     @property
     def strategy_config(self) -> StrategyConfig:
@@ -198,5 +210,7 @@ class RunConfig(Section):
         fields = asdict(self)
         if fields["init_from"] is None:  # added later: left out unset, so older digests stay what they were
             del fields["init_from"]
+        if fields["admission"] == "open":  # added later: left out at its default, as init_from
+            del fields["admission"]
         body = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(body.encode()).hexdigest()

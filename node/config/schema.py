@@ -60,6 +60,12 @@ class NetworkConfig(Section):
             example="/var/lib/distro-node/identity.key",
         ),
     )
+    ticket: Path | None = field(
+        default=None,
+        metadata=doc("admission ticket for a permissioned run, a file written by the founder's `distro-node "
+                     "ticket issue` for this peer's id (`distro-node ticket id`); unset: none (open runs)",
+                     example="/var/lib/distro-node/ticket.hex"),
+    )
     max_peers: int = field(default=64, metadata=doc("most peers kept connected at once (a connection cap)"))
     peer_exchange_seconds: float = field(
         default=1.0,

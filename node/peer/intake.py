@@ -57,8 +57,9 @@ class BanList(Protocol):
 class GossipDecoder:
     def __init__(self, *, self_id: str, run_id: bytes, bans: BanList,
                  on_rejected: Callable[[str], None] | None = None, capacity: int = DECODED_CAPACITY,
-                 rate: GossipRates | None = None) -> None:
+                 rate: GossipRates | None = None, admits: Callable[[str], bool] | None = None) -> None:
         self._self_id = self_id
+        self._admits = admits  # a permissioned run's admission: strangers' gossip is dropped unread
         self._rate = rate
         self._run_id = run_id
         self._bans = bans
@@ -74,6 +75,9 @@ class GossipDecoder:
         author = str(sender)
         if author != self._self_id and self._bans.is_banned(author):
             self._reject("banned")
+            return False
+        if self._admits is not None and not self._admits(author):
+            self._reject("not_admitted")
             return False
         limited = author != self._self_id and self._rate is not None
         if limited and self._rate is not None and not self._rate.allow(author):

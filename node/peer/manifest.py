@@ -8,12 +8,13 @@ makes two runs founded with equal settings distinct runs.
 Round timings and the roster rules (warm-up rounds, missed rounds) are in the manifest too: they are
 replicated state (every replica must drop and activate peers at the same step), not a local preference.
 
-Fields added after the first version (``grad_clip``, ``data``, ``init``) are left out of the canonical bytes
-while they hold their default, so an embedded-data run with the default clipping has the same bytes, hence
-the same run id, as before they existed (a founder's checkpoint still resumes its run). Writing such a field
-out at its default is not canonical and is refused, so every manifest still has exactly one byte form. What
-stays out of the manifest on purpose: the device, the precision, gradient accumulation and the paths of the
-data file and of an imported checkpoint, which are per-process choices (node/peer/local.py).
+Fields added after the first version (``grad_clip``, ``data``, ``init``, ``founder``) are left out of the
+canonical bytes while they hold their default, so an embedded-data run with the default clipping has the same
+bytes, hence the same run id, as before they existed (a founder's checkpoint still resumes its run).
+Writing such a field out at its default is not canonical and is refused, so every manifest still has exactly
+one byte form. What stays out of the manifest on purpose: the device, the precision, gradient accumulation
+and the paths of the data file and of an imported checkpoint, which are per-process choices
+(node/peer/local.py).
 
 A run imported from a Hugging Face checkpoint (``init``) has no preset: the model shape is the one its
 config.json gave, carried in ``init.model``, and its weights are named by ``init.sha256``, the weights hash of
@@ -38,6 +39,7 @@ from distro_node.node.model import ModelConfig
 from distro_node.optimizer.errors import ConfigError
 from distro_node.optimizer.registry import STRATEGIES, make_config
 from distro_node.protocol.consensus import RoundConfig, RoundConfigError
+from distro_node.protocol.signatures import is_ed25519_peer_id
 
 from ..data.data_manifest import MAX_VOCAB
 from ..presets import UnknownPresetError, preset, with_vocab
@@ -130,7 +132,8 @@ class DataSpec:
 
 # Later fields and the values at which they are left out of the canonical bytes (see the module docstring).
 _DATA_OMITTED_AT_DEFAULT: dict[str, Any] = {"tokenizer_sha256": "", "vocab_size": 0}
-_OMITTED_AT_DEFAULT: dict[str, Any] = {"grad_clip": DEFAULT_GRAD_CLIP, "data": DataSpec(), "init": InitSpec()}
+_OMITTED_AT_DEFAULT: dict[str, Any] = {"grad_clip": DEFAULT_GRAD_CLIP, "data": DataSpec(), "init": InitSpec(),
+                                       "founder": ""}
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,9 @@ class RunManifest:
     init: InitSpec = field(default_factory=InitSpec)
     rounds: RoundSettings = field(default_factory=RoundSettings)
     nonce: str = ""
+    # A permissioned run's founder peer id: only it and the holders of a ticket its key signed are admitted
+    # (protocol/admission.py). Empty: an open run.
+    founder: str = ""
     version: int = MANIFEST_VERSION
 
     def __post_init__(self) -> None:
@@ -180,6 +186,8 @@ class RunManifest:
             raise ManifestError("grad_clip", f"must be a number in [0, 1e9], got {clip!r}")
         if not isinstance(self.nonce, str) or len(self.nonce) > 64:
             raise ManifestError("nonce", "must be a string of at most 64 characters")
+        if not isinstance(self.founder, str) or (self.founder and not is_ed25519_peer_id(self.founder)):
+            raise ManifestError("founder", "must be empty (an open run) or an ed25519 peer id")
         if self.version != MANIFEST_VERSION:
             raise ManifestError("version", f"unsupported manifest version {self.version!r}")
         r = self.rounds
@@ -269,8 +277,8 @@ class RunManifest:
                 raise ManifestError(f"rounds.{name}", "must be an int")
         if not isinstance(doc["settings"], dict):
             raise ManifestError("settings", "must be a mapping")
-        for name in ("preset", "strategy", "nonce"):
-            if not isinstance(doc[name], str):
+        for name in ("preset", "strategy", "nonce", "founder"):
+            if name in doc and not isinstance(doc[name], str):
                 raise ManifestError(name, "must be a string")
         manifest = cls(**{**doc, "rounds": RoundSettings(**rounds), "data": DataSpec(**data_doc),
                           "init": init})

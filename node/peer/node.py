@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 import trio
 from distro_node.node.checkpoint.store import CheckpointError, CheckpointStore
+from distro_node.protocol.admission import Admission
 from distro_node.protocol.authorship import AuthorshipSigner
 from distro_node.protocol.blobs import BlobCatalog, BlobConfig, BlobServer
 from distro_node.protocol.consensus import RoundConfig, RoundMachine
@@ -28,6 +29,7 @@ from distro_node.protocol.manifest_rpc import install_manifest_server
 from distro_node.protocol.signatures import signer_for
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.sync import StateServer
+from distro_node.protocol.tickets import TicketError
 from distro_node.protocol.transfer import PayloadServer, TransferConfig
 from libp2p.crypto.ed25519 import create_new_key_pair
 
@@ -63,6 +65,7 @@ from .state_sync import SyncContext
 from .state_trust import UntrustedDonors
 from .step_report import StepReporter
 from .telemetry import Telemetry
+from .tickets import admission_for
 from .trainer import LocalSetupError, Trainer
 from .training import StepRunner, TrainingLoop
 
@@ -86,6 +89,7 @@ class _Run:
     server: PayloadServer
     counters: ByteCounters
     feed: DataFeed | None  # prepared data fetched on demand: the shards of each step, before its compute
+    admission: Admission  # whom we serve and hear: everyone (open run) or the founder and ticket holders
 
 
 class PeerNode:
@@ -133,6 +137,12 @@ class PeerNode:
         self_id = str(host.peer_id)
         manifest = RunManifest.from_bytes(source.manifest_bytes)
         run_id = manifest.run_id()
+        try:
+            admission = admission_for(manifest, run_id, self_id, opts.network.ticket)
+        except TicketError as exc:
+            self.out.emit("error", f"error: network.ticket: {exc}", reason=str(exc), field="network.ticket")
+            return None
+        admission.install(host)
         install_manifest_server(host, source.manifest_bytes)
         catalog = BlobCatalog()  # the run's files we hold verified, served to members
         # A joiner that fetched the imported checkpoint loads it from where it was fetched to.
@@ -170,6 +180,7 @@ class PeerNode:
                               f"{opts.metrics.host}:{opts.metrics.port}: {exc}", reason=str(exc))
                 return None
             cleanup.callback(telemetry.stop)
+            telemetry.metrics.set_admission(admission.permissioned)
             telemetry.data.served_from(lambda: blobs.served_bytes)
             train = trainer.source.train
             if manifest.data.kind == "shards" and not isinstance(train, np.ndarray):
@@ -191,7 +202,7 @@ class PeerNode:
         server = PayloadServer(host, CountingStore(store, counters), transfer)
         server.install()
         return _Run(host, self_id, manifest, run_id, trainer, telemetry, round_config, store, transfer,
-                    server, counters, feed)
+                    server, counters, feed, admission)
 
     async def _serve(self, run: _Run, source: RunSource) -> int:
         """Join the gossip, start every task, get our starting state, train, leave."""
@@ -203,7 +214,7 @@ class PeerNode:
         rate = GossipRates(gossip_cfg.max_messages_per_peer_per_second, gossip_cfg.max_peer_burst, kinds,
                            trio.current_time)
         decoder = GossipDecoder(self_id=run.self_id, run_id=run.run_id, bans=self.bans, on_rejected=counted,
-                                rate=rate)
+                                rate=rate, admits=run.admission.admits)
         async with (
             open_gossip(host, run.run_id, validator=decoder.validate, config=gossip_cfg) as gossip,
             trio.open_nursery() as nursery,
@@ -229,6 +240,7 @@ class PeerNode:
             emit_listening(out, host, opts, run.manifest, self_id=run.self_id, founder=self.founder,
                            metrics_url=run.telemetry.url if run.telemetry is not None else None)
             stop = StopRequest(out=out, changes=changes, leave_budget=opts.leave_budget)
+            nursery.start_soon(run.admission.run, host)
             nursery.start_soon(intake.run, gossip)
             nursery.start_soon(intake.watch_lost_peers, host.lost_peers())
             nursery.start_soon(outbox.run, gossip)

@@ -22,6 +22,7 @@ from typing import Any
 from distro_node.node.config.load import ConfigFieldError, NodeConfig, load_config
 from distro_node.node.config.sources import read_env, read_toml, sources
 from distro_node.optimizer.config import ScheduleConfig
+from distro_node.protocol.identity import load_or_create_identity, peer_id_of
 
 from .manifest import ManifestError, RoundSettings, RunManifest
 from .run_data import founder_data_spec
@@ -109,7 +110,19 @@ def founder_manifest(settings: JoinSettings, rounds: RoundSettings | None = None
         return RunManifest.found(preset=run.model if init.kind == "seed" else "", strategy=run.strategy,
                                  settings=strategy_settings, batch_size=run.batch_size, seq_len=run.seq_len,
                                  seed=run.seed, data_seed=run.data.seed, grad_clip=run.grad_clip,
-                                 data=founder_data_spec(run.data), init=init, rounds=rounds)
+                                 data=founder_data_spec(run.data), init=init, rounds=rounds,
+                                 founder=_founder_id(settings))
     except ManifestError as exc:
         name = "strategy_settings" if exc.field == "settings" else exc.field
         raise ConfigFieldError(f"run.{name}", str(exc)) from None
+
+
+def _founder_id(settings: JoinSettings) -> str:
+    """A permissioned run names its founder's peer id; the key must be kept (a file), since every ticket the
+    founder issues is checked against it for the whole run."""
+    if settings.config.run.admission != "permissioned":
+        return ""
+    if settings.key_file is None:
+        raise ConfigFieldError("network.key_file", "a permissioned run's founder needs a key file (or a data "
+                                                   "dir): its tickets are signed by that key")
+    return str(peer_id_of(load_or_create_identity(settings.key_file)))

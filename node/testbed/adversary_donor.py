@@ -1,36 +1,32 @@
 """The ``lying-donor`` adversary kind (node/testbed/adversary.py): poisoned state for joiners and resyncers.
 
-Every snapshot description it gives (its own, and those of ``SYBILS`` extra identities it runs in the same
-process) is a self-consistent lie: zeroed weights, their true hash, and a round state whose roster is the
-adversary and its Sybils, all active, so that counted against the lie's own roster the lie has a majority.
-The Sybils dial the adversary's bootstrap peer, take part in peer exchange (so honest peers hand them on,
-and they dial whoever joins) and answer state requests; they never train. Before joins counted attestations
-against a trusted roster, a newcomer that asked more Sybils than honest peers loaded zeroed weights.
+Every snapshot description it gives (its own, and those of ``DONOR_SYBILS`` extra identities it runs in the
+same process, node/testbed/sybils.py) is a self-consistent lie: zeroed weights, their true hash, and a round
+state whose roster is the adversary and its Sybils, all active, so that counted against the lie's own roster
+the lie has a majority. The Sybils answer state requests alike; they never train. Before joins counted
+attestations against a trusted roster, a newcomer that asked more Sybils than honest peers loaded zeroed
+weights.
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
 import torch
-import trio
 from distro_node.node.hashing import model_hash
-from distro_node.node.peer import node as peer_node
 from distro_node.node.peer.snapshot_io import weights_to_bytes
 from distro_node.node.peer.snapshots import SnapshotDesk
-from distro_node.protocol.host import open_host
-from distro_node.protocol.host_config import HostConfig
 from distro_node.protocol.membership import Roster, SyncState
-from distro_node.protocol.sync import Snapshot, StateServer
+from distro_node.protocol.sync import Snapshot
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
-SYBILS = 4
-_PX = HostConfig(px_interval=0.5)
+from .sybils import beside_daemon, bootstrap_arg, run_sybil
+
+DONOR_SYBILS = 4
 
 
 class _Lie:
@@ -70,29 +66,19 @@ def patch_lying_donor() -> None:
 
     setattr(SnapshotDesk, "__init__", keep_desk)  # noqa: B010 (a patch, on purpose)
     setattr(SnapshotDesk, "provide", provide)  # noqa: B010 (a patch, on purpose)
-    honest_loop: Callable[..., Awaitable[None]] = peer_node.send_heartbeats
-    bootstrap = sys.argv[sys.argv.index("--bootstrap") + 1]
-    keys = [create_new_key_pair() for _ in range(SYBILS)]
+    bootstrap = bootstrap_arg()
+    keys = [create_new_key_pair() for _ in range(DONOR_SYBILS)]
 
-    async def with_sybils(**kwargs: Any) -> None:
+    def sybils(kwargs: dict[str, Any]) -> list[Callable[[], Awaitable[None]]]:
         lie.liars = [kwargs["self_id"], *(str(ID.from_pubkey(k.public_key)) for k in keys)]
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(honest_loop, **kwargs))
-            for key in keys:
-                nursery.start_soon(_sybil, key, kwargs["run_id"], bootstrap, lie)
+        answer = partial(_sybil_answer, lie)
+        return [partial(run_sybil, key, kwargs["run_id"], bootstrap, provide=answer) for key in keys]
 
-    setattr(peer_node, "send_heartbeats", with_sybils)  # noqa: B010 (a patch, on purpose)
+    beside_daemon(sybils)
 
 
-async def _sybil(key: Any, run_id: bytes, bootstrap: str, lie: _Lie) -> None:
-    async def provide(requester: ID, genesis: bool) -> Snapshot | None:
-        return await lie.provide(lie.desks[-1], requester, genesis) if lie.desks else None
-
-    async with open_host(key, _PX) as host:
-        StateServer(host, run_id, provide).install()
-        with trio.move_on_after(30):
-            await host.dial(bootstrap)
-        await trio.sleep_forever()
+async def _sybil_answer(lie: _Lie, requester: ID, genesis: bool) -> Snapshot | None:
+    return await lie.provide(lie.desks[-1], requester, genesis) if lie.desks else None
 
 
-__all__ = ["SYBILS", "patch_lying_donor"]
+__all__ = ["DONOR_SYBILS", "patch_lying_donor"]

@@ -104,3 +104,13 @@ def test_undecodable_delivery_raises_the_codec_error() -> None:
     decoder = GossipDecoder(self_id=str(_peer()), run_id=RUN, bans=_Bans())
     with pytest.raises(CodecError):
         decoder.take(_peer(), b"\xc1")
+
+
+def test_a_permissioned_run_drops_a_strangers_gossip_unread(decodes: list[bytes]) -> None:
+    """A stranger's own gossip streams are reset (protocol/admission.py); what an admitted peer forwards
+    from it is dropped here, before decoding."""
+    me, member, stranger = _peer(), _peer(), _peer()
+    decoder = GossipDecoder(self_id=str(me), run_id=RUN, bans=_Bans(), admits=lambda p: p != str(stranger))
+    assert not decoder.validate(stranger, _heartbeat(stranger))
+    assert decoder.validate(member, _heartbeat(member))
+    assert decoder.rejected == {"not_admitted": 1} and len(decodes) == 1

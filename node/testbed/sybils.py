@@ -1,0 +1,127 @@
+"""Made-up identities an adversary runs beside its daemon (test-only; node/testbed/adversary.py).
+
+Each Sybil is a real host with a fresh key: it dials the adversary's bootstrap peer, takes part in peer
+exchange (so honest peers hand it on and it dials whoever joins) and, as asked, serves state descriptions
+(the ``lying-donor`` kind) or floods: it joins the run's gossip topic and publishes signed heartbeats, asks
+every peer it reaches for a snapshot description and for its peers. It never trains. Once a second it prints
+what it got as a JSON line ``{"event": "sybil", ...}`` on stdout, beside the daemon's own events, so a test
+can check that a permissioned run gave it nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+import trio
+from distro_node.node.peer import node as peer_node
+from distro_node.protocol.codec import encode_message
+from distro_node.protocol.errors import TransportError
+from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
+from distro_node.protocol.host import P2PHost, open_host
+from distro_node.protocol.host_config import HostConfig
+from distro_node.protocol.messages import Heartbeat
+from distro_node.protocol.sync import Snapshot, StateServer, fetch_meta
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.keys import KeyPair
+from libp2p.peer.id import ID
+
+_PX = HostConfig(px_interval=0.5)
+FLOOD_PER_S = 20  # heartbeats a second from each Sybil
+SYBILS = 10
+
+StateProvider = Callable[[ID, bool], Awaitable[Snapshot | None]]
+
+
+@dataclass
+class SybilReport:
+    sybil: str
+    connected: int = 0
+    heartbeats_sent: int = 0
+    state_served: int = 0  # snapshot descriptions honest peers gave it
+    state_refused: int = 0
+    peers_learned: int = 0  # peers honest peers' exchange named to it
+
+
+async def run_sybil(key: KeyPair, run_id: bytes, bootstrap: str, *, provide: StateProvider | None = None,
+                    flood: bool = False) -> None:
+    async with open_host(key, _PX) as host:
+        if provide is not None:
+            StateServer(host, run_id, provide).install()
+        with trio.move_on_after(30):
+            await host.dial(bootstrap)
+        if not flood:
+            await trio.sleep_forever()
+        report = SybilReport(str(host.peer_id))
+        async with open_gossip(host, run_id) as gossip, trio.open_nursery() as nursery:
+            nursery.start_soon(_heartbeats, gossip, host, run_id, report)
+            while True:
+                await _probe(host, run_id, report)
+                print(json.dumps({"event": "sybil", **asdict(report)}), flush=True)
+                await trio.sleep(1.0)
+
+
+async def _heartbeats(gossip: AnnouncementChannel, host: P2PHost, run_id: bytes, report: SybilReport) -> None:
+    while True:
+        beat = Heartbeat(run_id, str(host.peer_id), 0, os.urandom(32))
+        try:
+            await gossip.publish(encode_message(beat))
+            report.heartbeats_sent += 1
+        except TransportError:
+            pass
+        await trio.sleep(1.0 / FLOOD_PER_S)
+
+
+async def _probe(host: P2PHost, run_id: bytes, report: SybilReport) -> None:
+    """Ask every connected peer for a snapshot description and for its peers."""
+    peers = list(host.connected_peers())
+    report.connected = len(peers)
+    for peer in peers:
+        served = False
+        with trio.move_on_after(8):
+            try:
+                await fetch_meta(host, peer, run_id, genesis=False, timeout=8.0, max_state_bytes=1 << 30)
+                served = True
+            except TransportError:
+                pass
+        report.state_served += served
+        report.state_refused += not served
+        with trio.move_on_after(8):
+            try:
+                report.peers_learned += len(await host.exchange_peers(peer))
+            except TransportError:
+                pass
+
+
+def bootstrap_arg() -> str:
+    """The adversary daemon's ``--bootstrap`` (where its Sybils dial in)."""
+    return sys.argv[sys.argv.index("--bootstrap") + 1]
+
+
+def beside_daemon(tasks: Callable[[dict[str, Any]], list[Callable[[], Awaitable[None]]]]) -> None:
+    """Run ``tasks`` beside the daemon once it is in its run: they are built from the heartbeat loop's
+    arguments (the run id and our id are known only then), and die with it."""
+    honest_loop: Callable[..., Awaitable[None]] = peer_node.send_heartbeats
+
+    async def with_tasks(**kwargs: Any) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(honest_loop, **kwargs))
+            for task in tasks(kwargs):
+                nursery.start_soon(task)
+
+    setattr(peer_node, "send_heartbeats", with_tasks)  # noqa: B010 (a patch, on purpose)
+
+
+def patch_sybil_flood() -> None:
+    """The ``sybil-flood`` kind: ``SYBILS`` made-up identities flood gossip and ask for state and peers."""
+    bootstrap = bootstrap_arg()
+    keys = [create_new_key_pair() for _ in range(SYBILS)]
+    beside_daemon(lambda kw: [partial(run_sybil, key, kw["run_id"], bootstrap, flood=True) for key in keys])
+
+
+__all__ = ["SYBILS", "SybilReport", "beside_daemon", "bootstrap_arg", "patch_sybil_flood", "run_sybil"]

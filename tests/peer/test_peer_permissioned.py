@@ -1,0 +1,66 @@
+"""A permissioned run (threats: Sybil stall): the founder's key, named in the manifest, signs admission
+tickets (`distro-node ticket`), and only ticket holders are served and heard. An insider holding a ticket
+runs ten made-up identities beside its honest daemon (node/testbed/sybils.py, ``sybil-flood``) that flood
+gossip with signed heartbeats and ask every peer for state and peers: none of them is admitted, served or
+listed, and the ticket holders train on, bit-identical. A stranger without a ticket is told so at start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from distro_node.node.join_process import CHILD_ENV, CLI
+from peer_procs import Procs, assert_identical
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
+
+RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-timeout", "3"]
+LONG = ["--steps", "100000"]  # never reached: the test ends by killing the processes
+
+
+def cli(*args: object) -> str:
+    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **CHILD_ENV}, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_ten_sybils_of_an_insider_get_nothing_and_a_stranger_is_told_it_needs_a_ticket(
+    procs: Procs, tmp_path: Path
+) -> None:
+    keys = {name: tmp_path / f"{name}.key" for name in ("peer0", "peer1", "peer2", "insider", "stranger")}
+    founder = procs.start([*RUN, *LONG, "--genesis-peers", "4", "--admission", "permissioned",
+                           "--key-file", str(keys["peer0"])], "peer0")
+    info = founder.info()
+    command = str(info["join_command"])
+
+    def ticket(name: str) -> list[str]:
+        peer_id = cli("ticket", "id", "--key-file", keys[name]).strip()
+        out = tmp_path / f"{name}.ticket"
+        cli("ticket", "issue", peer_id, "--key-file", keys["peer0"], "--run-id", info["run_id"], "--out", out)
+        return ["--key-file", str(keys[name]), "--ticket", str(out)]
+
+    honest = [founder]
+    honest += [procs.start_command(command, [*LONG, *ticket(f"peer{i}")], f"peer{i}") for i in (1, 2)]
+    insider = procs.start_adversary("sybil-flood", command, [*LONG, *ticket("insider")], "insider")
+    stranger = procs.start_command(command, [*LONG, "--key-file", str(keys["stranger"])], "stranger")
+    assert stranger.wait_exit(120) != 0
+    error = stranger.wait_for(lambda e: e.get("event") == "error", 5, "error")
+    assert error["field"] == "network.ticket" and "needs a ticket" in error["reason"], error
+
+    start = max(p.wait_step(2, 180)["step"] for p in honest)
+    end = start + 6
+    for p in honest:
+        p.wait_step(end, 120)
+    assert_identical(honest, range(start, end + 1))
+    for p in honest:  # no Sybil ever entered the roster (the insider itself may miss rounds: it is busy)
+        rows = p.steps()
+        assert all(rows[s]["roster"] <= 4 and rows[s]["included"] <= 4 for s in range(start, end + 1)), p.name
+    reports = {e["sybil"]: e for e in insider.poll_events() if e.get("event") == "sybil"}
+    assert len(reports) == 10, reports.keys()
+    for r in reports.values():  # each Sybil's last report
+        assert r["heartbeats_sent"] > 0 and r["connected"] >= 1, r
+        # Every stream a stranger opens is reset, gossip included: it learns nothing and is never heard.
+        assert r["state_served"] == 0 and r["state_refused"] > 0 and r["peers_learned"] == 0, r
