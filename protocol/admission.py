@@ -41,7 +41,7 @@ class Admission:
     """One node's view of who is admitted. ``founder`` None: an open run (everyone is)."""
 
     def __init__(self, *, run_id: bytes, self_id: str, founder: str | None, own_ticket: Ticket | None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, admit_wait: float = ADMIT_WAIT) -> None:
         if founder is not None and own_ticket is None and self_id != founder:
             raise TicketError("a permissioned run admits only ticket holders: this peer needs a ticket "
                               "signed by the founder's key (distro-node ticket)")
@@ -52,6 +52,7 @@ class Admission:
         self.founder = founder
         self._own = own_ticket
         self._clock = clock
+        self._admit_wait = admit_wait
         self._tickets: OrderedDict[str, Ticket] = OrderedDict()
         self._learned = trio.Event()  # set and replaced whenever a ticket is learned
         self.refused = 0  # tickets shown to us that admitted nobody
@@ -70,8 +71,8 @@ class Admission:
         return self.admits(str(peer))
 
     async def admitted(self, peer: ID) -> bool:
-        """Whether ``peer`` is admitted, waiting up to :data:`ADMIT_WAIT` for a ticket exchange in flight."""
-        with trio.move_on_after(ADMIT_WAIT):
+        """Whether ``peer`` is admitted, waiting up to ``admit_wait`` for a ticket exchange in flight."""
+        with trio.move_on_after(self._admit_wait):
             while not self.admits_id(peer):
                 await self._learned.wait()
         return self.admits_id(peer)

@@ -46,7 +46,7 @@ def test_only_ticket_holders_are_served_and_strangers_get_the_manifest_only() ->
             admissions: dict[str, Admission] = {}
             for name, host in (("founder", founder), ("holder", holder)):
                 admissions[name] = Admission(run_id=RUN, self_id=ids[name], founder=ids["founder"],
-                                             own_ticket=tickets.get(name))
+                                             own_ticket=tickets.get(name), admit_wait=0.5)
                 admissions[name].install(host)
             install_manifest_server(founder, MANIFEST)
             install_rpc(founder, ECHO, echo, max_request=64, timeout=WAIT)
