@@ -15,6 +15,7 @@ key). The honest peers train ``--steps`` steps; the bench reads their step event
     .venv/bin/python bench/byzantine.py                       # 4 peers, every attack, 30 steps each
     .venv/bin/python bench/byzantine.py --peers 7 --liars 2 --out bench/results/byzantine_f2.json
     .venv/bin/python bench/byzantine.py --attacks none,forge-list --steps 12 --out /tmp/b.json
+    .venv/bin/python bench/byzantine.py --peers 5 --attacks none,sybil-flood --admission permissioned
 
 Every daemon is stopped by pid (SIGTERM, bounded wait, SIGKILL), whatever happened.
 """
@@ -27,12 +28,17 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from _common import RESULTS_DIR, write_json
+from distro_node.node.config.run import ADMISSION_MODES
 from distro_node.node.join_process import CLI, PeerProc, PeerWaitError, join_args, stop_all
+from distro_node.node.peer.tickets import write_ticket_file
 from distro_node.node.testbed.adversary import KINDS
+from distro_node.protocol.identity import load_or_create_identity, peer_id_of
+from distro_node.protocol.tickets import Ticket
 from prometheus_client.parser import text_string_to_metric_families
 
 ADVERSARY = [sys.executable, "-m", "distro_node.node.testbed.adversary"]
@@ -68,24 +74,44 @@ def _faults(p: PeerProc) -> dict[str, int]:
     return seen
 
 
+def _tickets(log_dir: Path, run_id: str) -> Callable[[str], list[str]]:
+    """A permissioned run: the flags that give peer ``name`` its own key and a ticket the founder signed."""
+    founder = load_or_create_identity(log_dir / "peer0.key")
+
+    def flags(name: str) -> list[str]:
+        key = log_dir / f"{name}.key"
+        peer = str(peer_id_of(load_or_create_identity(key)))
+        ticket = Ticket.issue(founder.private_key, bytes.fromhex(run_id), peer, int(time.time()) + 86_400)
+        write_ticket_file(log_dir / f"{name}.ticket", ticket)
+        return ["--key-file", str(key), "--ticket", str(log_dir / f"{name}.ticket")]
+
+    return flags
+
+
 def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir: Path,
-            wait_s: float) -> dict[str, Any]:
+            wait_s: float, admission: str = "open") -> dict[str, Any]:
     """One swarm: N - f honest daemons and, unless ``attack`` is none, f adversaries, to ``steps`` steps."""
     honest_n = peers if attack == "all-honest" else peers - liars
     cohort = honest_n if attack in BASELINES else peers
     local = ["--steps", str(steps + 5)]  # the last steps are not measured: a stop is not part of a run
     founder_args = [*CLI, "join", *RUN, *local, "--genesis-peers", str(cohort), *LOGGING]
+    if admission == "permissioned":
+        founder_args += ["--admission", "permissioned", "--key-file", str(log_dir / "peer0.key")]
     founder = PeerProc(founder_args, "peer0", log_dir)
     procs = [founder]
     try:
         command = join_args(str(founder.info()["join_command"]))
+        own: Callable[[str], list[str]] = (_tickets(log_dir, str(founder.info()["run_id"]))
+                                           if admission == "permissioned" else lambda _name: [])
         for i in range(1, honest_n):
-            procs.append(PeerProc([*CLI, "join", *command, *local, *LOGGING], f"peer{i}", log_dir))
+            procs.append(PeerProc([*CLI, "join", *command, *local, *own(f"peer{i}"), *LOGGING], f"peer{i}",
+                                  log_dir))
         attackers = []
         if attack not in BASELINES:
             for i in range(liars):
-                attackers.append(PeerProc([*ADVERSARY, attack, "join", *command, *local, *LOGGING],
-                                          f"attacker{i}", log_dir))
+                name = f"attacker{i}"
+                argv = [*ADVERSARY, attack, "join", *command, *local, *own(name), *LOGGING]
+                attackers.append(PeerProc(argv, name, log_dir))
             procs.extend(attackers)
         honest = procs[:honest_n]
         t0 = time.monotonic()
@@ -123,7 +149,19 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
         "max_epoch": max(founder_rows[s]["epoch"] for s in range(steps)),
         "epochs_above_0": sum(1 for s in range(steps) if founder_rows[s]["epoch"] > 0),
         "included_min": min(founder_rows[s]["included"] for s in range(steps)),
+        "roster_max": max(founder_rows[s]["roster"] for s in range(steps)),
+        "admission": admission,
+        "sybils": _sybil_reports(attackers),
     }
+
+
+def _sybil_reports(attackers: list[PeerProc]) -> dict[str, int] | None:
+    """What the made-up identities of a ``sybil-flood`` adversary got, summed over their last reports."""
+    last = {e["sybil"]: e for a in attackers for e in a.events if e.get("event") == "sybil"}
+    if not last:
+        return None
+    keys = ("heartbeats_sent", "state_served", "state_refused", "peers_learned")
+    return {"identities": len(last), **{k: sum(int(r[k]) for r in last.values()) for k in keys}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated: the baselines {', '.join(BASELINES)} and the adversary kinds "
                              f"({', '.join(KINDS)})")
     parser.add_argument("--wait", type=float, default=600.0, help="seconds one configuration may take")
+    parser.add_argument("--admission", choices=ADMISSION_MODES, default="open",
+                        help="open (default), or permissioned: every peer but the founder gets a ticket, the "
+                             "adversaries too (insiders); the made-up identities of sybil-flood get none")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "byzantine.json")
     args = parser.parse_args(argv)
     attacks = [a for a in args.attacks.split(",") if a]
@@ -151,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             log_dir = Path(tmp) / attack
             log_dir.mkdir()
             print(f"[byzantine] {attack}: {args.peers} peers, {args.steps} steps", flush=True)
-            results.append(run_one(attack, args.peers, args.liars, args.steps, args.warm, log_dir, args.wait))
+            results.append(run_one(attack, args.peers, args.liars, args.steps, args.warm, log_dir, args.wait,
+                                   args.admission))
     for baseline in BASELINES:
         base = next((r["honest_steps_per_s"] for r in results if r["attack"] == baseline), None)
         for r in results:

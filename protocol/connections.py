@@ -10,6 +10,8 @@ from libp2p.abc import INetConn, INetStream, INetwork, INotifee
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 
+from .address_limit import over_limit, remote_ip
+
 logger = logging.getLogger(__name__)
 
 LOST_BUFFER = 256
@@ -35,10 +37,13 @@ class ConnectionWatch(INotifee):
     """Turns swarm connect/disconnect callbacks into a trio.Event so waiters need no polling, and tells
     subscribers when the last connection to a peer has closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_address: int = 0) -> None:
         self.changed = trio.Event()
         self.lost_sinks: list[trio.MemorySendChannel[ID]] = []
         self.new_sinks: list[trio.MemorySendChannel[ID]] = []
+        self._per_address = per_address
+        self._ips: dict[ID, str] = {}  # remote IP of each connected peer (for the per-address limit)
+        self.refused_by_address = 0
 
     def lost_peers(self) -> trio.MemoryReceiveChannel[ID]:
         """A new subscription to lost peers. Bounded: a subscriber that falls behind misses entries rather
@@ -64,16 +69,31 @@ class ConnectionWatch(INotifee):
         return None
 
     async def connected(self, network: INetwork, conn: INetConn) -> None:
+        peer_id = conn.muxed_conn.peer_id
+        ip = remote_ip(conn)
+        if over_limit(peer_id, ip, self._ips, self._per_address):
+            self.refused_by_address += 1
+            logger.info("closing the connection of %s: %d peers are connected from %s already", peer_id,
+                        self._per_address, ip)
+            with trio.move_on_after(2.0):
+                try:
+                    await conn.close()
+                except Exception as exc:  # already going down
+                    logger.debug("closing %s failed: %r", peer_id, exc)
+            return
+        if ip is not None:
+            self._ips[peer_id] = ip
         self._bump()
-        _tell(self.new_sinks, conn.muxed_conn.peer_id)
+        _tell(self.new_sinks, peer_id)
 
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
         self._bump()
         peer_id = conn.muxed_conn.peer_id
-        if not self.lost_sinks:
+        if not self.lost_sinks and peer_id not in self._ips:
             return
         prune_closed(network)
         if not network.get_connections(peer_id):
+            self._ips.pop(peer_id, None)
             _tell(self.lost_sinks, peer_id)
 
     async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:

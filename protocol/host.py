@@ -62,7 +62,7 @@ class P2PHost:
         self.peer_id: ID = peer_id_of(key_pair)
         self.config = config
         self.peer_book = PeerBook(self.peer_id)
-        self._watch = ConnectionWatch()
+        self._watch = ConnectionWatch(config.max_peers_per_address)
         self._dial_limit = trio.Semaphore(config.dial_concurrency)
         self._announce = [parse_multiaddr(a) for a in config.announce_addrs]
         self._blocked: set[ID] = set()  # banned peers: never dialed, streams refused, never advertised
@@ -98,6 +98,11 @@ class P2PHost:
         """Peers with at least one open connection (closed ones are dropped first; see ``prune_closed``)."""
         prune_closed(self._host.get_network())
         return set(self._host.get_connected_peers())
+
+    @property
+    def refused_by_address(self) -> int:
+        """Connections closed because their address already had ``max_peers_per_address`` peers."""
+        return self._watch.refused_by_address
 
     def is_connected(self, peer_id: ID) -> bool:
         return peer_id in self.connected_peers()

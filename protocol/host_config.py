@@ -21,6 +21,9 @@ class HostConfig:
     px_timeout: float = 10.0
     max_peers: int = 64
     dial_concurrency: int = 8
+    # Distinct peer ids connected from one IP address (loopback exempt): protocol/address_limit.py. 0, no
+    # limit, for hosts of tests and tools; the node passes network.max_peers_per_address.
+    max_peers_per_address: int = 0
 
     def __post_init__(self) -> None:
         if not self.listen_addrs:
@@ -30,6 +33,8 @@ class HostConfig:
                 raise ValueError(f"HostConfig.{name} must be > 0")
         if self.px_interval < 0:
             raise ValueError("HostConfig.px_interval must be >= 0")
+        if self.max_peers_per_address < 0:
+            raise ValueError("HostConfig.max_peers_per_address must be >= 0")
         for name in ("px_fanout", "max_peers", "dial_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"HostConfig.{name} must be >= 1")

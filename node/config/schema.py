@@ -67,6 +67,12 @@ class NetworkConfig(Section):
                      example="/var/lib/distro-node/ticket.hex"),
     )
     max_peers: int = field(default=64, metadata=doc("most peers kept connected at once (a connection cap)"))
+    max_peers_per_address: int = field(
+        default=4,
+        metadata=doc("most peer ids connected from one IP address, so one machine cannot bring a crowd of "
+                     "identities (loopback is exempt; a few, since volunteers may share a home NAT; 0: no "
+                     "limit)"),
+    )
     peer_exchange_seconds: float = field(
         default=1.0,
         metadata=doc("how often to ask a connected peer for the peers it knows; short, so a swarm healed "
@@ -106,6 +112,7 @@ class NetworkConfig(Section):
             self._positive(name)
             self._range(name, 0.0, 86400.0)
         self._range("max_peers", 1, 4096)
+        self._range("max_peers_per_address", 0, 4096)
         self._range("behind_steps", 1, 1_000_000)
 
 

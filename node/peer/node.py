@@ -110,7 +110,7 @@ class PeerNode:
         net = opts.network
         host_cfg = HostConfig(listen_addrs=net.listen, announce_addrs=net.announce_addrs,
                               px_interval=net.peer_exchange_seconds, max_peers=net.max_peers, px_timeout=5.0,
-                              dial_timeout=10.0)
+                              dial_timeout=10.0, max_peers_per_address=net.max_peers_per_address)
         try:
             source = await obtain_manifest(opts, self._ckpt_store, self.out)
         except PeerError as exc:
