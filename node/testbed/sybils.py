@@ -60,10 +60,16 @@ async def run_sybil(key: KeyPair, run_id: bytes, bootstrap: str, *, provide: Sta
         report = SybilReport(str(host.peer_id))
         async with open_gossip(host, run_id) as gossip, trio.open_nursery() as nursery:
             nursery.start_soon(_heartbeats, gossip, host, run_id, report)
+            nursery.start_soon(_probe_forever, host, run_id, report)
             while True:
-                await _probe(host, run_id, report)
-                print(json.dumps({"event": "sybil", **asdict(report)}), flush=True)
                 await trio.sleep(1.0)
+                print(json.dumps({"event": "sybil", **asdict(report)}), flush=True)
+
+
+async def _probe_forever(host: P2PHost, run_id: bytes, report: SybilReport) -> None:
+    while True:
+        await _probe(host, run_id, report)
+        await trio.sleep(1.0)
 
 
 async def _heartbeats(gossip: AnnouncementChannel, host: P2PHost, run_id: bytes, report: SybilReport) -> None:
@@ -78,24 +84,29 @@ async def _heartbeats(gossip: AnnouncementChannel, host: P2PHost, run_id: bytes,
 
 
 async def _probe(host: P2PHost, run_id: bytes, report: SybilReport) -> None:
-    """Ask every connected peer for a snapshot description and for its peers."""
+    """Ask every connected peer, all at once, for a snapshot description and for its peers."""
     peers = list(host.connected_peers())
     report.connected = len(peers)
-    for peer in peers:
-        served = False
-        with trio.move_on_after(8):
-            try:
-                await fetch_meta(host, peer, run_id, genesis=False, timeout=8.0, max_state_bytes=1 << 30)
-                served = True
-            except TransportError:
-                pass
-        report.state_served += served
-        report.state_refused += not served
-        with trio.move_on_after(8):
-            try:
-                report.peers_learned += len(await host.exchange_peers(peer))
-            except TransportError:
-                pass
+    async with trio.open_nursery() as nursery:
+        for peer in peers:
+            nursery.start_soon(_ask, host, peer, run_id, report)
+
+
+async def _ask(host: P2PHost, peer: ID, run_id: bytes, report: SybilReport) -> None:
+    served = False
+    with trio.move_on_after(8):
+        try:
+            await fetch_meta(host, peer, run_id, genesis=False, timeout=8.0, max_state_bytes=1 << 30)
+            served = True
+        except TransportError:
+            pass
+    report.state_served += served
+    report.state_refused += not served
+    with trio.move_on_after(8):
+        try:
+            report.peers_learned += len(await host.exchange_peers(peer))
+        except TransportError:
+            pass
 
 
 def bootstrap_arg() -> str:

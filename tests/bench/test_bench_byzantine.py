@@ -18,7 +18,7 @@ def test_byzantine_bench_quick(tmp_path: Path) -> None:
     out = tmp_path / "byzantine.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "byzantine.py"), "--attacks", "forge-list",
-         "--steps", "6", "--warm", "1", "--out", str(out)],
+         "--steps", "4", "--warm", "1", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=360, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

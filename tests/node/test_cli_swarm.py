@@ -52,7 +52,7 @@ def test_swarm_of_two_runs_summarises_and_agrees(tmp_path: Path) -> None:
 
 def test_swarm_console_prints_the_ban(tmp_path: Path) -> None:
     """A peer run with --fault scale=100 (bf16 values carry magnitudes) is banned; the console says so."""
-    rc, out, err, run_dir = run_swarm(tmp_path, "--peers", "4", "--steps", "16", "--values", "bf16",
+    rc, out, err, run_dir = run_swarm(tmp_path, "--peers", "4", "--steps", "12", "--values", "bf16",
                                       "--fault", "3:scale=100", "--round-timeout", "5")
     assert rc == 0, out + err
     first = [line for line in out.splitlines() if line.startswith("ban: peer3 (")]

@@ -92,15 +92,3 @@ def test_graceful_leave_next_round_does_not_wait(procs: Procs) -> None:
         times = {s: rows[s]["round_s"] for s in range(left, left + 4)}
         assert max(times.values()) < TIMEOUT / 2, f"{p.name} waited for the leaver: {times}"
         assert rows[left + 3]["roster"] == 3
-
-
-def test_join_command_founds_and_second_process_joins(procs: Procs) -> None:
-    founder = procs.start([*RUN, "--genesis-peers", "2", "--steps", "15"], "founder")
-    command = founder.info()["join_command"]
-    assert command.startswith("distro-node join --bootstrap /ip4/127.0.0.1/tcp/")
-    second = procs.start_command(command, ["--steps", "15"], "second")
-    for p in (founder, second):
-        assert p.wait_exit(80) == 0
-    assert_identical([founder, second], range(15))
-    for p in (founder, second):
-        assert sorted(p.steps()) == list(range(15))
