@@ -130,14 +130,28 @@ class Roster:
                 return f"warming peer {peer!r} is already active"
             if peer not in self._peers:
                 newcomers += 1
-        if newcomers > rules.max_joiners_per_round:
-            return f"{newcomers} newcomers exceed the per-round cap {rules.max_joiners_per_round}"
+        room = self.newcomer_room(rules.max_joiners_per_round)
+        if newcomers > room:
+            return f"{newcomers} newcomers exceed the room for {room} (per-round cap and warming share)"
         if len(self._peers) + newcomers > rules.max_peers:
             return f"roster would exceed {rules.max_peers} peers"
         for peer in lst.departed:
             if peer not in self._peers:
                 return f"departed peer {peer!r} is not in the roster"
         return None
+
+    def newcomer_room(self, per_round: int) -> int:
+        """How many new peers a list may name as warming: at most ``per_round``, and no more than keeps the
+        warming peers at a third of the active ones (at least one at a time).
+
+        Why a share: identities are free in an open run, and a warming peer becomes a voter after its
+        warm-up; with a fixed per-round cap alone, a crowd could outnumber the active peers within one
+        warm-up. With the share, the roster grows by at most a third per warm-up period, each newcomer having
+        served validated payloads every round of it.
+        """
+        warming = sum(1 for e in self._peers.values() if e.status is PeerStatus.WARMING)
+        share = max(1, len(self._eligible) // 3)
+        return max(0, min(per_round, share - warming))
 
     def quorum_size(self, departed: Collection[str] = ()) -> int:
         """Smallest strict majority of the active peers, not counting ``departed`` ones: how many payloads a

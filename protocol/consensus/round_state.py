@@ -251,7 +251,7 @@ def build_list(
     Included: active roster peers with a validated payload, no equivocation, and (when a strict majority of
     them agree) the majority weights hash, because a gradient taken on diverged weights is not the same
     update. Warming: other announcers on the majority weights whose payload we validated (what an identity
-    costs: a host that serves what it signs), within the newcomer cap. Departed: roster
+    costs: a host that serves what it signs), within the roster's newcomer room. Departed: roster
     peers whose goodbye we saw and that are not included. Evidence: the equivocation proofs we hold.
     Each entry carries its author's signature, copied from the announcement.
     """
@@ -272,6 +272,7 @@ def build_list(
         return None
     warming: list[str] = []
     newcomers = 0
+    room = roster.newcomer_room(max_joiners)
     for peer in sorted(rnd.announcements):
         ann = rnd.announcements[peer]
         if roster.is_eligible(peer) or peer in rnd.equivocators or peer in left or peer in departed:
@@ -281,7 +282,7 @@ def build_list(
         if (peer, ann.payload_hash) not in rnd.validated:
             continue
         if peer not in roster:
-            if newcomers >= max_joiners or len(roster) + newcomers >= max_peers:
+            if newcomers >= room or len(roster) + newcomers >= max_peers:
                 continue
             newcomers += 1
         warming.append(peer)

@@ -88,8 +88,20 @@ def test_check_list_rules() -> None:
     assert roster.check_list(lst(("a", "b", "z")), RULES) is not None
     assert roster.check_list(lst(("a", "b", "c"), departed=("z",)), RULES) is not None
     assert "per-round cap" in (roster.check_list(lst(("a", "b", "c"), warming=("x", "y", "z")), RULES) or "")
-    full = Roster.genesis("abcde")
-    assert "exceed" in (full.check_list(lst(("a", "b", "c"), warming=("x", "y")), RULES) or "")
+    full = Roster.genesis("abcdef")  # max_peers 6; a warming share of 2
+    assert "would exceed 6" in (full.check_list(lst(("a", "b", "c", "d"), warming=("x",)), RULES) or "")
+
+
+def test_at_most_a_third_of_the_active_peers_warm_up_at_once() -> None:
+    """A crowd of free identities cannot outnumber the active peers within one warm-up."""
+    roster = Roster.genesis("abcd")  # 4 active: room for one newcomer at a time, though the cap is 2
+    assert roster.newcomer_room(RULES.max_joiners_per_round) == 1
+    assert "warming share" in (roster.check_list(lst(("a", "b", "c"), warming=("x", "y")), RULES) or "")
+    roster, _, _ = roster.advance(lst(("a", "b", "c", "d"), warming=("x",)), RULES)
+    assert roster.newcomer_room(RULES.max_joiners_per_round) == 0  # x is still warming
+    assert roster.check_list(lst(("a", "b", "c", "d"), warming=("x", "y")), RULES) is not None
+    assert roster.check_list(lst(("a", "b", "c", "d"), warming=("x",)), RULES) is None
+    assert Roster.genesis("abcdefg").newcomer_room(8) == 2
 
 
 def test_quorum_is_a_strict_majority_and_only_trusted_departures_shrink_it() -> None:
