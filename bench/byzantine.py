@@ -23,6 +23,7 @@ Every daemon is stopped by pid (SIGTERM, bounded wait, SIGKILL), whatever happen
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -46,6 +47,11 @@ RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-time
 LOGGING = ["--log-format", "json"]
 STOP_GRACE_S = 20.0
 BASELINES = ("none", "all-honest")  # N - 1 honest peers alone; N honest peers
+# Not a daemon kind: a crowd of made-up identities in a process of its own beside N - f honest peers
+# (node/testbed/sybils.py), so what the swarm pays is the flood, not a slow roster member.
+SYBIL_FLOOD = "sybil-flood"
+SYBILS = [sys.executable, "-m", "distro_node.node.testbed.sybils"]
+SYBIL_COUNT = 10
 
 
 class ByzantineBenchError(RuntimeError):
@@ -89,10 +95,10 @@ def _tickets(log_dir: Path, run_id: str) -> Callable[[str], list[str]]:
 
 
 def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir: Path,
-            wait_s: float, admission: str = "open") -> dict[str, Any]:
+            wait_s: float, admission: str = "open", sybil_nice: int = 0) -> dict[str, Any]:
     """One swarm: N - f honest daemons and, unless ``attack`` is none, f adversaries, to ``steps`` steps."""
     honest_n = peers if attack == "all-honest" else peers - liars
-    cohort = honest_n if attack in BASELINES else peers
+    cohort = honest_n if attack in (*BASELINES, SYBIL_FLOOD) else peers
     local = ["--steps", str(steps + 5)]  # the last steps are not measured: a stop is not part of a run
     founder_args = [*CLI, "join", *RUN, *local, "--genesis-peers", str(cohort), *LOGGING]
     if admission == "permissioned":
@@ -107,18 +113,24 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
             procs.append(PeerProc([*CLI, "join", *command, *local, *own(f"peer{i}"), *LOGGING], f"peer{i}",
                                   log_dir))
         attackers = []
-        if attack not in BASELINES:
+        if attack == SYBIL_FLOOD:  # a crowd process beside the swarm, not a roster member
+            bootstrap, run_id = str(founder.info()["addrs"][0]), str(founder.info()["run_id"])
+            niced = ["nice", "-n", str(sybil_nice)] if sybil_nice else []
+            crowd = [*niced, *SYBILS, bootstrap, run_id, str(SYBIL_COUNT)]
+            attackers.append(PeerProc(crowd, "sybils", log_dir))
+        elif attack not in BASELINES:
             for i in range(liars):
                 name = f"attacker{i}"
                 argv = [*ADVERSARY, attack, "join", *command, *local, *own(name), *LOGGING]
                 attackers.append(PeerProc(argv, name, log_dir))
-            procs.extend(attackers)
+        procs.extend(attackers)
         honest = procs[:honest_n]
         t0 = time.monotonic()
         for p in honest:
             p.wait_step(steps - 1, max(1.0, wait_s - (time.monotonic() - t0)))
         metrics = {p.name: _metrics(p) for p in honest}
-        attacker_ids = {str(a.info()["peer_id"]) for a in attackers}
+        cpu = {p.name: _cpu_s(p) for p in procs}
+        attacker_ids = {str(a.info()["peer_id"]) for a in attackers if attack != SYBIL_FLOOD}
     except PeerWaitError as exc:
         raise ByzantineBenchError(f"{attack}: {exc}") from None
     finally:
@@ -132,7 +144,7 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
     return {
         "attack": attack,
         "peers": cohort,
-        "liars": len(attackers) if attack not in BASELINES else 0,
+        "liars": len(attackers) if attack not in (*BASELINES, SYBIL_FLOOD) else 0,
         "honest_peers": honest_n,
         "steps": steps,
         "measured_steps": [warm, steps - 1],
@@ -152,12 +164,19 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
         "roster_max": max(founder_rows[s]["roster"] for s in range(steps)),
         "admission": admission,
         "sybils": _sybil_reports(attackers),
+        "cpu_s": cpu,  # user + system seconds of each process over the whole run (this machine has 2 cores)
+        "sybil_nice": sybil_nice if attack == SYBIL_FLOOD else None,
     }
 
 
+def _cpu_s(p: PeerProc) -> float:
+    fields = Path(f"/proc/{p.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 1)
+
+
 def _sybil_reports(attackers: list[PeerProc]) -> dict[str, int] | None:
-    """What the made-up identities of a ``sybil-flood`` adversary got, summed over their last reports."""
-    last = {e["sybil"]: e for a in attackers for e in a.events if e.get("event") == "sybil"}
+    """What the made-up identities of ``sybil-flood`` got, summed over their last reports."""
+    last = {e["sybil"]: e for a in attackers for e in a.poll_events() if e.get("event") == "sybil"}
     if not last:
         return None
     keys = ("heartbeats_sent", "state_served", "state_refused", "peers_learned")
@@ -173,16 +192,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30, help="steps the honest peers train (default 30)")
     parser.add_argument("--warm", type=int, default=3, help="steps left out of the rate (start-up)")
     parser.add_argument("--attacks", default=",".join((*BASELINES, *KINDS)),
-                        help=f"comma-separated: the baselines {', '.join(BASELINES)} and the adversary kinds "
-                             f"({', '.join(KINDS)})")
+                        help=f"comma-separated: the baselines {', '.join(BASELINES)}, the adversary kinds "
+                             f"({', '.join(KINDS)}) and {SYBIL_FLOOD} ({SYBIL_COUNT} made-up identities in a "
+                             "process of their own beside N - 1 honest peers)")
     parser.add_argument("--wait", type=float, default=600.0, help="seconds one configuration may take")
+    parser.add_argument("--sybil-nice", type=int, default=0, metavar="N",
+                        help="run the sybil-flood crowd at this nice level (19: it takes only CPU the honest "
+                             "peers leave, as a crowd on other machines would; default 0)")
     parser.add_argument("--admission", choices=ADMISSION_MODES, default="open",
                         help="open (default), or permissioned: every peer but the founder gets a ticket, the "
                              "adversaries too (insiders); the made-up identities of sybil-flood get none")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "byzantine.json")
     args = parser.parse_args(argv)
     attacks = [a for a in args.attacks.split(",") if a]
-    unknown = [a for a in attacks if a not in BASELINES and a not in KINDS]
+    unknown = [a for a in attacks if a not in (*BASELINES, SYBIL_FLOOD, *KINDS)]
     if unknown or args.peers < 3 * args.liars + 1 or args.liars < 1 or not 0 <= args.warm < args.steps - 1:
         parser.error(f"unknown attacks {unknown}" if unknown
                      else "need 1 <= --liars, --peers >= 3 * liars + 1, --warm < --steps - 1")
@@ -193,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             log_dir.mkdir()
             print(f"[byzantine] {attack}: {args.peers} peers, {args.steps} steps", flush=True)
             results.append(run_one(attack, args.peers, args.liars, args.steps, args.warm, log_dir, args.wait,
-                                   args.admission))
+                                   args.admission, args.sybil_nice))
     for baseline in BASELINES:
         base = next((r["honest_steps_per_s"] for r in results if r["attack"] == baseline), None)
         for r in results:

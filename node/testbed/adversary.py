@@ -14,8 +14,6 @@ Kinds:
                 honest traffic.
     lying-donor describes zeroed weights under a roster of itself and 4 Sybil identities it runs, which
                 answer state requests alike (node/testbed/adversary_donor.py).
-    sybil-flood runs 10 made-up identities that flood gossip with signed heartbeats and ask every peer
-                for state and peers (node/testbed/sybils.py); it trains honestly itself.
 
 Kinds combine: ``double-vote,jump-epochs`` applies both patches.
 
@@ -44,10 +42,8 @@ from distro_node.protocol.consensus.actions import Publish
 from distro_node.protocol.messages import Announcement, Heartbeat, InclusionList
 
 from .adversary_donor import patch_lying_donor
-from .sybils import patch_sybil_flood
 
-KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs", "gossip-flood", "lying-donor",
-         "sybil-flood")
+KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs", "gossip-flood", "lying-donor")
 FLOOD_PER_S = 1000
 
 
@@ -157,7 +153,6 @@ def _gossip_flood() -> None:
 PATCHES: dict[str, Callable[[], None]] = {
     "forge-list": _forge_lists, "equivocate": _equivocate, "double-vote": _double_vote,
     "jump-epochs": _jump_epochs, "gossip-flood": _gossip_flood, "lying-donor": patch_lying_donor,
-    "sybil-flood": patch_sybil_flood,
 }
 
 

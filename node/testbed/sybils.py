@@ -1,11 +1,14 @@
-"""Made-up identities an adversary runs beside its daemon (test-only; node/testbed/adversary.py).
+"""Made-up identities: beside an adversary's daemon (node/testbed/adversary.py), or a crowd on their own.
 
 Each Sybil is a real host with a fresh key: it dials the adversary's bootstrap peer, takes part in peer
 exchange (so honest peers hand it on and it dials whoever joins) and, as asked, serves state descriptions
 (the ``lying-donor`` kind) or floods: it joins the run's gossip topic and publishes signed heartbeats, asks
 every peer it reaches for a snapshot description and for its peers. It never trains. Once a second it prints
 what it got as a JSON line ``{"event": "sybil", ...}`` on stdout, beside the daemon's own events, so a test
-can check that a permissioned run gave it nothing.
+can check that a permissioned run gave it nothing. On their own (no daemon, so the crowd's process is not a
+roster member whose slowness the swarm would pay for):
+
+    python -m distro_node.node.testbed.sybils BOOTSTRAP_ADDR RUN_ID_HEX [COUNT]   # COUNT flooding Sybils
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from functools import partial
 from typing import Any
 
 import trio
-from distro_node.node.peer import node as peer_node
 from distro_node.protocol.codec import encode_message
 from distro_node.protocol.errors import TransportError
 from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
@@ -117,6 +119,8 @@ def bootstrap_arg() -> str:
 def beside_daemon(tasks: Callable[[dict[str, Any]], list[Callable[[], Awaitable[None]]]]) -> None:
     """Run ``tasks`` beside the daemon once it is in its run: they are built from the heartbeat loop's
     arguments (the run id and our id are known only then), and die with it."""
+    from distro_node.node.peer import node as peer_node  # here: a crowd on its own needs no torch
+
     honest_loop: Callable[..., Awaitable[None]] = peer_node.send_heartbeats
 
     async def with_tasks(**kwargs: Any) -> None:
@@ -128,11 +132,16 @@ def beside_daemon(tasks: Callable[[dict[str, Any]], list[Callable[[], Awaitable[
     setattr(peer_node, "send_heartbeats", with_tasks)  # noqa: B010 (a patch, on purpose)
 
 
-def patch_sybil_flood() -> None:
-    """The ``sybil-flood`` kind: ``SYBILS`` made-up identities flood gossip and ask for state and peers."""
-    bootstrap = bootstrap_arg()
-    keys = [create_new_key_pair() for _ in range(SYBILS)]
-    beside_daemon(lambda kw: [partial(run_sybil, key, kw["run_id"], bootstrap, flood=True) for key in keys])
+async def flood_crowd(bootstrap: str, run_id: bytes, count: int) -> None:
+    """``count`` flooding Sybils, for as long as the process runs."""
+    async with trio.open_nursery() as nursery:
+        for _ in range(count):
+            nursery.start_soon(partial(run_sybil, create_new_key_pair(), run_id, bootstrap, flood=True))
 
 
-__all__ = ["SYBILS", "SybilReport", "beside_daemon", "bootstrap_arg", "patch_sybil_flood", "run_sybil"]
+__all__ = ["SYBILS", "SybilReport", "beside_daemon", "bootstrap_arg", "flood_crowd", "run_sybil"]
+
+
+if __name__ == "__main__":  # python -m distro_node.node.testbed.sybils BOOTSTRAP_ADDR RUN_ID_HEX [COUNT]
+    count = int(sys.argv[3]) if len(sys.argv) > 3 else SYBILS
+    trio.run(flood_crowd, sys.argv[1], bytes.fromhex(sys.argv[2]), count)

@@ -47,6 +47,12 @@ class Procs:
         self.all.append(p)
         return p
 
+    def start_raw(self, argv: list[str], name: str) -> PeerProc:
+        """Any process printing JSON-line events (e.g. node/testbed/sybils.py), stopped like the daemons."""
+        p = PeerProc(argv, name, self.log_dir)
+        self.all.append(p)
+        return p
+
     def swarm(self, n: int, run_args: list[str], peer_args: list[str]) -> list[PeerProc]:
         """A founder waiting for ``n`` genesis peers, and ``n - 1`` joiners running its printed command."""
         founder = self.start([*run_args, *peer_args, "--genesis-peers", str(n)], "peer0")
