@@ -173,6 +173,11 @@ def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunM
     elif m.data.kind != "embedded":
         flags += " --data-path FILE"
         notes += f"\n  FILE: their copy of the {m.data.kind} file, sha256 {m.data.sha256} ({m.data.size:,} B)"
+    if m.founder:
+        flags += " --key-file KEY --ticket TICKET"
+        notes += (f"\n  TICKET: a permissioned run; the founder ({m.founder}) issues it for the peer id of "
+                  "KEY: `distro-node ticket id --key-file KEY`, then on the founder's machine `distro-node "
+                  f"ticket issue PEER_ID --key-file FOUNDER_KEY --run-id {run_id.hex()}`")
     extra = flags + notes
     out.emit(
         "listening",
