@@ -101,11 +101,7 @@ class Admission:
     def install(self, host: P2PHost) -> None:
         """Serve ticket exchanges and reset every other stream of a peer we have not admitted."""
         async def handle(remote: ID, body: bytes) -> tuple[RpcStatus, bytes]:
-            if body and not self.admits_id(remote):
-                try:
-                    self.learn(str(remote), body)
-                except TicketError as exc:
-                    logger.info("peer %s showed a ticket that does not admit it: %s", remote, exc)
+            self._learn_shown(remote, body)
             return RpcStatus.OK, self._own_bytes()
 
         install_rpc(host, TICKET_PROTOCOL, handle, max_request=MAX_TICKET_BYTES, timeout=PRESENT_TIMEOUT)
@@ -120,12 +116,17 @@ class Admission:
         except TransportError as exc:
             logger.debug("ticket exchange with %s failed: %s", peer, exc)
             return self.admits_id(peer)
-        if reply and not self.admits_id(peer):
-            try:
-                self.learn(str(peer), reply)
-            except TicketError as exc:
-                logger.info("peer %s answered with a ticket that does not admit it: %s", peer, exc)
+        self._learn_shown(peer, reply)
         return self.admits_id(peer)
+
+    def _learn_shown(self, peer: ID, data: bytes) -> None:
+        """Learn the ticket ``peer`` showed in an exchange, if it showed one we need; a bad one is logged."""
+        if not data or self.admits_id(peer):
+            return
+        try:
+            self.learn(str(peer), data)
+        except TicketError as exc:
+            logger.info("peer %s showed a ticket that does not admit it: %s", peer, exc)
 
     async def run(self, host: P2PHost) -> None:
         """Exchange tickets with every peer that connects (at most 8 exchanges at a time)."""

@@ -35,6 +35,7 @@ from .errors import FetchFailedError, MalformedReplyError, TransferError, Transp
 from .host import P2PHost
 from .membership import MembershipError, SyncState
 from .rpc import RpcStatus, call, install_rpc
+from .wire import refuse_msgpack_ext
 
 logger = logging.getLogger(__name__)
 
@@ -122,14 +123,11 @@ class Snapshot:
 
 
 def _unpack(data: bytes, limit: int) -> Any:
-    def refuse(code: int, raw: bytes) -> Any:
-        raise ValueError("msgpack extension types are not allowed")
-
     if len(data) > limit:
         raise ValueError(f"{len(data)} bytes exceed the cap {limit}")
     return msgpack.unpackb(
         data, raw=False, strict_map_key=True, max_bin_len=MAX_CHUNK_BYTES,
-        max_str_len=256, max_array_len=max(MAX_CHUNKS, 4096), max_map_len=16, ext_hook=refuse,
+        max_str_len=256, max_array_len=max(MAX_CHUNKS, 4096), max_map_len=16, ext_hook=refuse_msgpack_ext,
     )
 
 

@@ -20,6 +20,7 @@ from libp2p.crypto.keys import PrivateKey
 
 from .message_fields import RUN_ID_BYTES, SIGNATURE_BYTES, check_peer_id
 from .signatures import signed_by, signer_for
+from .wire import refuse_msgpack_ext
 
 MAX_TICKET_BYTES = 512
 DEFAULT_TICKET_DAYS = 30.0  # `distro-node ticket issue --days`
@@ -58,7 +59,7 @@ class Ticket:
         try:
             doc: Any = msgpack.unpackb(data, raw=False, strict_map_key=True, max_bin_len=MAX_TICKET_BYTES,
                                        max_str_len=MAX_TICKET_BYTES, max_array_len=0, max_map_len=4,
-                                       ext_hook=_no_ext)
+                                       ext_hook=refuse_msgpack_ext)
         except Exception as exc:
             raise TicketError(f"ticket does not unpack: {type(exc).__name__}") from None
         if not isinstance(doc, dict) or set(doc) != {"run", "peer", "expires", "sig"}:
@@ -90,10 +91,6 @@ class Ticket:
 
 def _statement(run_id: bytes, peer_id: str, expires: int) -> bytes:
     return _DOMAIN + run_id + expires.to_bytes(8, "big") + peer_id.encode()
-
-
-def _no_ext(code: int, data: bytes) -> Any:
-    raise ValueError("msgpack extension types are not allowed")
 
 
 __all__ = ["DEFAULT_TICKET_DAYS", "MAX_TICKET_BYTES", "Ticket", "TicketError"]

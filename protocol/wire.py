@@ -9,7 +9,7 @@ said it is prepared to hold.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 from libp2p.network.stream.exceptions import StreamEOF
@@ -18,6 +18,11 @@ from libp2p.network.stream.exceptions import StreamEOF
 READ_CHUNK = 64 * 1024
 
 logger = logging.getLogger(__name__)
+
+
+def refuse_msgpack_ext(code: int, data: bytes) -> Any:
+    """``ext_hook`` for unpacking a stranger's msgpack: extension types are never part of our formats."""
+    raise ValueError(f"msgpack extension type {code} is not allowed")
 
 
 class ByteReader(Protocol):

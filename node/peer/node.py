@@ -214,7 +214,8 @@ class PeerNode:
         rate = GossipRates(gossip_cfg.max_messages_per_peer_per_second, gossip_cfg.max_peer_burst, kinds,
                            trio.current_time)
         decoder = GossipDecoder(self_id=run.self_id, run_id=run.run_id, bans=self.bans, on_rejected=counted,
-                                rate=rate, admits=run.admission.admits)
+                                rate=rate,
+                                admits=run.admission.admits if run.admission.permissioned else None)
         async with (
             open_gossip(host, run.run_id, validator=decoder.validate, config=gossip_cfg) as gossip,
             trio.open_nursery() as nursery,

@@ -14,6 +14,7 @@ from typing import Any
 import msgpack
 import torch
 from distro_node.node.checkpoint.tree import detached, flatten, unflatten
+from distro_node.protocol.wire import refuse_msgpack_ext
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
@@ -49,13 +50,10 @@ def optim_to_bytes(state: dict[str, Any]) -> bytes:
 
 
 def optim_from_bytes(data: bytes, max_bytes: int) -> dict[str, Any]:
-    def refuse(code: int, raw: bytes) -> Any:
-        raise ValueError("msgpack extension types are not allowed")
-
     try:
         doc = msgpack.unpackb(data, raw=False, strict_map_key=False, max_bin_len=max_bytes,
                               max_str_len=1 << 16, max_array_len=1 << 20,
-                              max_map_len=1 << 16, ext_hook=refuse)
+                              max_map_len=1 << 16, ext_hook=refuse_msgpack_ext)
     except Exception as exc:
         raise SnapshotFormatError(f"optimizer state does not unpack: {type(exc).__name__}") from None
     if not isinstance(doc, dict) or set(doc) != {"skeleton", "tensors"} \
