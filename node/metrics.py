@@ -36,7 +36,7 @@ PREFIX = "distro"
 PHASES: tuple[str, ...] = ("data", "compute", "prepare", "exchange", "apply", "checkpoint", "sync")
 # Why a gossip message was refused before the round machine saw it: its sender is banned, or the codec's
 # reason (malformed bytes, wrong run, an author other than the signer, ...).
-GOSSIP_REASONS: tuple[str, ...] = ("banned", "not_admitted", "rate", *CODEC_ERROR_REASONS)
+GOSSIP_REASONS: tuple[str, ...] = ("banned", "not_admitted", "rate", "stranger", *CODEC_ERROR_REASONS)
 # How a round closed: every expected payload arrived, or the deadline cut it short.
 OUTCOMES: tuple[str, ...] = ("complete", "deadline")
 # Step times range from milliseconds (tiny preset, loopback) to minutes (1.2B over a WAN).

@@ -14,18 +14,9 @@ Facts about py-libp2p 0.8.1 this module is shaped by (checked in the installed s
   forwarder, *including our own publishes*, silently. A swarm of N peers relays N announcements per round
   through each forwarder, so we raise the limit; the real per-peer limit is ours, per signer, in the
   validator (``max_messages_per_peer_per_second``, node/peer/rate_limit.py).
-- Catch-up traffic bypasses the per-peer outbound queue: when a peer subscribes (or its pubsub stream is
-  re-opened) ``GossipSub.send_recent_messages`` writes the whole message-cache window (every message of the
-  last ``gossip_window`` heartbeats: 600-900 measured in the 4-peer join test) straight onto the new stream,
-  and ``flush_pending_messages`` does the same with messages held while the peer was being identified, both
-  concurrently with the queue's own sending task. This was the mid-run join failure: each existing peer
-  flooded the newcomer's fresh stream with hundreds of RPCs, the newcomer (busy loading state, on shared
-  cores) could not validate them as fast, the yamux window closed, the peer's queue stopped draining, our
-  stuck-queue guard reset the link, and the re-opened stream got the (by then larger) window again: a loop
-  that left one direction of a link silent for tens of seconds (and the newcomer's in-flight transfers lost
-  with the closed connections). ``_QueuedCatchUpGossipSub`` sends both kinds through the peer's queue, newest
-  ``CATCH_UP_MESSAGES`` only: enough for the race they exist for (a message published just before the
-  peer's subscription arrived); anything older is recovered by the round protocol (statuses, re-announces).
+- Catch-up sends (a newly subscribed peer) and the mesh's choice of peers are shaped in
+  protocol/gossip_router.py: catch-up goes through the per-peer queue, bounded, and the run's members are
+  kept in the mesh ahead of strangers.
 """
 
 from __future__ import annotations
@@ -34,17 +25,19 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 from libp2p.abc import ISubscriptionAPI
 from libp2p.peer.id import ID
-from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, PROTOCOL_ID_V12
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
 from .errors import AnnouncementTooLargeError, GossipError
+from .gossip_mute import MuteConfig, RefusalLedger
+from .gossip_router import MemberIds, RunRouter
 from .host import P2PHost
 from .wire import reset_quietly
 
@@ -58,8 +51,6 @@ MAX_ANNOUNCEMENT_BYTES = 32 * 1024
 INBOUND_RPC_LIMIT = 1024 * 1024
 # py-libp2p 0.8.1's per-peer outbound queue holds 32 RPCs (OutBoundQueueSize); keep bursts below half of it.
 _QUEUE_HIGH_WATER = 16
-# Catch-up messages queued for a newly subscribed peer (see the module docstring); below the high water mark.
-CATCH_UP_MESSAGES = 8
 _QUEUE_POLL = 0.002
 
 Validator = Callable[[ID, bytes], bool]
@@ -100,6 +91,7 @@ class GossipConfig:
     stuck_after: float = 1.0  # a full outbound queue not shrunk for this long is no longer waited for
     reset_after: float = 15.0  # ...and one that has not shrunk for this long has its link reset
     link_check_interval: float = 1.0  # how often subscribers we cannot send to get a fresh stream
+    mute: MuteConfig = field(default_factory=MuteConfig)  # strangers whose gossip we mostly refuse
 
     def __post_init__(self) -> None:
         if not 0 < self.max_message_bytes <= self.max_inbound_rpc_bytes:
@@ -116,38 +108,6 @@ class GossipConfig:
             raise ValueError("GossipConfig.link_check_interval must be a positive number of seconds")
         if self.heartbeat_interval < 1 or self.receive_buffer < 1:
             raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
-
-
-class _QueuedCatchUpGossipSub(GossipSub):
-    """GossipSub whose catch-up sends go through the per-peer queue, bounded (see the module docstring)."""
-
-    async def send_recent_messages(self, peer_id: ID, topic: str) -> None:
-        cache = self.mcache
-        newest_first = [
-            entry.mid
-            for entries in cache.history[: cache.window_size]
-            for entry in reversed(entries)
-            if topic in entry.topics
-        ]
-        for mid in reversed(newest_first[:CATCH_UP_MESSAGES]):
-            msg = cache.get(mid)
-            if msg is not None and self._may_send(peer_id, list(msg.topicIDs)):
-                self.send_rpc(peer_id, rpc_pb2.RPC(publish=[msg]))
-
-    def _may_send(self, peer_id: ID, topics: list[str]) -> bool:
-        return self.scorer is None or self.scorer.allow_publish(peer_id, topics)
-
-    async def flush_pending_messages(self, peer_id: ID) -> None:
-        self._prune_pending_messages(peer_id)
-        held = self._pending_messages.pop(peer_id, [])
-        pubsub = self.pubsub
-        if pubsub is None:
-            return
-        topics = {t for t, peers in pubsub.peer_topics.items() if peer_id in peers}
-        for _, rpc in held[-CATCH_UP_MESSAGES:]:
-            msg_topics = [t for m in rpc.publish for t in m.topicIDs]
-            if topics.intersection(msg_topics) and self._may_send(peer_id, msg_topics):
-                self.send_rpc(peer_id, rpc)
 
 
 def announce_topic(run_id: bytes, name: str = "announce") -> str:
@@ -173,6 +133,9 @@ class AnnouncementChannel:
         self._progress: dict[ID, tuple[int, float]] = {}  # full queues: (lowest depth seen, when)
         self._reset_peers: set[ID] = set()
         self.relinks = 0  # pubsub streams opened by _keep_links after py-libp2p had given up on a peer
+        self.refusals = RefusalLedger(config.mute)
+        self.mutes = 0  # strangers muted (protocol/gossip_mute.py)
+        self._to_block: list[ID] = []  # muted, to be cut off by _keep_links (blocking needs to await)
 
     async def publish(self, data: bytes) -> None:
         """Sign and publish; raises AnnouncementTooLargeError rather than letting libp2p drop silently."""
@@ -248,6 +211,13 @@ class AnnouncementChannel:
     def __aiter__(self) -> AsyncIterator[GossipMessage]:
         return self._recv.__aiter__()
 
+    def prefer_members(self, members: MemberIds) -> None:
+        """Keep these peers (base58 ids, asked afresh each time) in the mesh ahead of strangers and send our
+        own messages to each of them directly (protocol/gossip_router.py)."""
+        router = self._pubsub.router
+        if isinstance(router, RunRouter):
+            router.prefer(members)
+
     def subscribers(self) -> set[ID]:
         """Peers that told us they are subscribed to this topic."""
         return set(self._pubsub.peer_topics.get(self.topic, set()))
@@ -260,8 +230,13 @@ class AnnouncementChannel:
 
     def _accept(self, forwarder: ID, msg: rpc_pb2.Message, user: Validator | None) -> bool:
         # Runs after libp2p's signature check. Oversized messages are rejected so they are not forwarded.
-        if len(msg.data) > self.config.max_message_bytes:
-            return False
+        ok = len(msg.data) <= self.config.max_message_bytes and self._user_accepts(msg, user)
+        if forwarder != self._host.peer_id:
+            self._count(forwarder, ok)
+        return ok
+
+    @staticmethod
+    def _user_accepts(msg: rpc_pb2.Message, user: Validator | None) -> bool:
         if user is None:
             return True
         try:
@@ -269,6 +244,29 @@ class AnnouncementChannel:
         except Exception as exc:
             logger.debug("announcement validator raised %r; rejecting", exc)
             return False
+
+    def _count(self, forwarder: ID, ok: bool) -> None:
+        router = self._pubsub.router
+        member = isinstance(router, RunRouter) and router.is_member(forwarder)
+        if self.refusals.record(str(forwarder), ok, member=member, now=trio.current_time()):
+            self.mutes += 1
+            logger.info("muting %s for %.0fs: it forwards us mostly refused gossip", forwarder,
+                        self.config.mute.mute_s)
+            # The set, not py-libp2p's add_to_blacklist: that also resets the peer's stream in a task that
+            # raises KeyError (and takes the host down) when the peer's stream went away meanwhile.
+            self._pubsub.blacklisted_peers.add(forwarder)
+            self._to_block.append(forwarder)
+
+    async def _cut_off_muted(self) -> None:
+        """Muted strangers lose their connections for the mute (the host refuses their streams and never
+        dials them), so they cost us nothing more: no stream to read, no peer exchange with them."""
+        pubsub = self._pubsub
+        while self._to_block:
+            await self._host.block(self._to_block.pop())
+        for forwarder in self.refusals.expired(trio.current_time()):
+            peer = ID.from_base58(forwarder)
+            pubsub.blacklisted_peers.discard(peer)
+            self._host.unblock(peer)
 
     async def _keep_links(self) -> None:
         """Open our pubsub stream to every subscriber we cannot send to.
@@ -282,8 +280,9 @@ class AnnouncementChannel:
         while True:
             await trio.sleep(self.config.link_check_interval)
             pubsub = self._pubsub
+            await self._cut_off_muted()
             connected = self._host.connected_peers()
-            for peer_id in self.subscribers() - set(pubsub.peers):
+            for peer_id in self.subscribers() - set(pubsub.peers) - pubsub.blacklisted_peers:
                 if peer_id in connected and await pubsub.ensure_peer_stream(
                     peer_id, timeout=self.config.link_check_interval
                 ):
@@ -320,7 +319,7 @@ async def open_gossip(
     inline on the receive path.
     """
     cfg = config or GossipConfig()
-    router = _QueuedCatchUpGossipSub(
+    router = RunRouter(
         protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11],
         degree=cfg.degree,
         degree_low=cfg.degree_low,

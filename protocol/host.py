@@ -39,6 +39,7 @@ from .host_config import HostConfig
 from .identity import peer_id_of
 from .muxer_guard import GuardedYamux, install_muxer_guard
 from .peer_exchange import PX_PROTOCOL, PeerBook
+from .pubsub_records import install_record_cache
 from .wire import reset_quietly
 
 __all__ = ["OUR_PROTOCOL_PREFIX", "HostConfig", "P2PHost", "StreamHandler", "open_host"]
@@ -143,6 +144,10 @@ class P2PHost:
             return
         self._blocked.add(peer_id)
         await self.disconnect(peer_id)
+
+    def unblock(self, peer_id: ID) -> None:
+        """Let a peer cut off for a while (a muted stranger, protocol/gossip_mute.py) back in."""
+        self._blocked.discard(peer_id)
 
     async def disconnect(self, peer_id: ID) -> None:
         """Close every connection to ``peer_id`` (bounded to 2 s; failures are logged, never raised)."""
@@ -276,6 +281,7 @@ class P2PHost:
 
 def _build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
     install_muxer_guard()
+    install_record_cache()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     host = new_host(
         key_pair=key_pair,

@@ -10,7 +10,7 @@ out) is recorded in :class:`Decisions`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import trio
 from distro_node.protocol.consensus import (
@@ -72,6 +72,10 @@ class RoundDriver:
 
     def start(self, machine: RoundMachine) -> None:
         self.machine = machine
+
+    def roster_ids(self) -> Collection[str]:
+        """The run's members as our round state lists them (none before start-up): gossip keeps them first."""
+        return () if self.machine is None else self.machine.roster.peers.keys()
 
     def feed(self, event: RoundEvent) -> None:
         """Give the machine one event (nothing happens before it runs) and carry out what it answers."""

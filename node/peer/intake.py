@@ -12,7 +12,8 @@ message was delivered again after py-libp2p forgot it had seen it (its seen cach
 decodes it once itself, and :attr:`GossipDecoder.redecoded` counts it.
 
 Rejected messages are counted by reason (``banned``, ``rate`` for a signer over its message rate
-(node/peer/rate_limit.py), or the codec's metric-safe reason) in
+(node/peer/rate_limit.py), ``stranger`` for a heartbeat from outside the roster, or the codec's
+metric-safe reason) in
 :attr:`GossipDecoder.rejected` and reported through ``on_rejected``. Messages protocol/gossip.py refuses
 before calling us (over its size cap) are not seen here.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, OrderedDict, deque
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Callable, Collection
 from functools import partial
 from typing import Protocol
 
@@ -29,7 +30,7 @@ import trio
 from distro_node.protocol.codec import CodecError, author_of, check_signed, decode_message
 from distro_node.protocol.consensus import Action, RoundMachine
 from distro_node.protocol.gossip import GossipMessage
-from distro_node.protocol.messages import Announcement, Goodbye, InclusionList, Message
+from distro_node.protocol.messages import Announcement, Goodbye, Heartbeat, InclusionList, Message
 from libp2p.peer.id import ID
 
 from .announcements import AnnouncementLog
@@ -69,6 +70,17 @@ class GossipDecoder:
         self.rejected: Counter[str] = Counter()
         self.redecoded = 0
         self._forged: deque[InclusionList] = deque(maxlen=FORGED_CAPACITY)
+        self._members: Callable[[], Collection[str]] = tuple
+
+    def know_members(self, members: Callable[[], Collection[str]]) -> None:
+        """The run's members, asked afresh per message: a heartbeat from anyone else is refused (stranger).
+
+        A heartbeat only tells the round machine that a roster peer is alive; from a stranger it is noise
+        that every peer would validate and forward (a crowd of made-up identities sent ours 20 a second
+        each). Refusing it also lets protocol/gossip_mute.py mute a stranger that keeps sending them.
+        Before start-up knows a roster (empty), nobody is refused.
+        """
+        self._members = members
 
     def validate(self, sender: ID, data: bytes) -> bool:
         """Signed by ``sender``, well formed, and not from a peer we banned (not delivered, not forwarded)."""
@@ -89,6 +101,9 @@ class GossipDecoder:
                 self._reject("rate")
                 return False
             check_signed(msg, author, self._run_id)
+            if isinstance(msg, Heartbeat) and author != self._self_id and self._is_stranger(author):
+                self._reject("stranger")
+                return False
         except CodecError as exc:
             self._reject(exc.reason)
             if isinstance(exc.refused, InclusionList) and author != self._self_id:
@@ -97,6 +112,10 @@ class GossipDecoder:
         if author != self._self_id:  # our own messages are not delivered back to us
             self._hold((sender.to_bytes(), data), msg)
         return True
+
+    def _is_stranger(self, author: str) -> bool:
+        members = self._members()
+        return bool(members) and author not in members
 
     def take_forged(self) -> list[InclusionList]:
         """Lists refused for entries their authors did not sign, since the last call: their leaders forged

@@ -227,6 +227,8 @@ class PeerNode:
                               trainer=run.trainer, decoded=decoded, counters=run.counters, out=out,
                               telemetry=run.telemetry, decode_limit=self._decode_limit)
             driver = RoundDriver(out=out, outbox=outbox, fetcher=fetcher, changes=changes, nursery=nursery)
+            gossip.prefer_members(driver.roster_ids)
+            decoder.know_members(driver.roster_ids)
             intake = GossipIntake(decoder=decoder, driver=driver, announcements=announcements,
                                   changes=changes, out=out)
             sync = SyncContext(host=host, run_id=run.run_id, max_state_bytes=opts.max_state_bytes,

@@ -114,3 +114,18 @@ def test_a_permissioned_run_drops_a_strangers_gossip_unread(decodes: list[bytes]
     assert not decoder.validate(stranger, _heartbeat(stranger))
     assert decoder.validate(member, _heartbeat(member))
     assert decoder.rejected == {"not_admitted": 1} and len(decodes) == 1
+
+
+def test_a_heartbeat_from_outside_the_roster_is_refused_once_a_roster_is_known() -> None:
+    """A heartbeat only says a roster peer is alive: from a stranger it is refused (and not forwarded), so
+    a crowd of made-up identities cannot make every peer carry its heartbeats. Before start-up knows a
+    roster, nobody is refused."""
+    me, member, stranger = _peer(), _peer(), _peer()
+    decoder = GossipDecoder(self_id=str(me), run_id=RUN, bans=_Bans())
+    roster: list[str] = []
+    decoder.know_members(lambda: roster)
+    assert decoder.validate(stranger, _heartbeat(stranger))
+    roster.extend([str(me), str(member)])
+    assert not decoder.validate(stranger, _heartbeat(stranger))
+    assert decoder.validate(member, _heartbeat(member))
+    assert decoder.rejected == {"stranger": 1}

@@ -9,7 +9,6 @@ import pytest
 import trio
 from distro_node.protocol.errors import AnnouncementTooLargeError
 from distro_node.protocol.gossip import (
-    CATCH_UP_MESSAGES,
     MAX_ANNOUNCEMENT_BYTES,
     AnnouncementChannel,
     GossipMessage,
@@ -17,6 +16,7 @@ from distro_node.protocol.gossip import (
     announce_topic,
     open_gossip,
 )
+from distro_node.protocol.gossip_router import CATCH_UP_MESSAGES
 from distro_node.protocol.host import P2PHost, open_host
 from distro_node.protocol.testing import NO_PX_LOOP, WAIT, connect_all_to, start_hosts
 from libp2p.crypto.ed25519 import create_new_key_pair

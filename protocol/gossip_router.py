@@ -1,0 +1,194 @@
+"""The gossipsub router of a run's topic: py-libp2p 0.8.1's GossipSub with two behaviours changed.
+
+Catch-up through the queue. Catch-up traffic bypasses the per-peer outbound queue in 0.8.1: when a peer
+subscribes (or its pubsub stream is re-opened) ``GossipSub.send_recent_messages`` writes the whole
+message-cache window (every message of the last ``gossip_window`` heartbeats: 600-900 measured in the 4-peer
+join test) straight onto the new stream, and ``flush_pending_messages`` does the same with messages held
+while the peer was being identified, both concurrently with the queue's own sending task. This was the
+mid-run join failure: each existing peer flooded the newcomer's fresh stream with hundreds of RPCs, the
+newcomer (busy loading state, on shared cores) could not validate them as fast, the yamux window closed, the
+peer's queue stopped draining, our stuck-queue guard reset the link, and the re-opened stream got the (by
+then larger) window again: a loop that left one direction of a link silent for tens of seconds (and the
+newcomer's in-flight transfers lost with the closed connections). Both kinds go through the peer's queue
+here, newest ``CATCH_UP_MESSAGES`` only: enough for the race they exist for (a message published just before
+the peer's subscription arrived); anything older is recovered by the round protocol (statuses,
+re-announces).
+
+Members first. In an open run anyone may subscribe to the topic, and gossipsub picks mesh peers at random
+among subscribers and accepts every GRAFT up to ``degree_high``. With 10 made-up identities beside 4 honest
+peers, an honest peer's mesh of 4 was mostly strangers, its messages reached the other members only through
+them, and the honest step rate fell to 0.16x (docs/benchmarks.md, "A crowd of made-up identities"). Once
+the application names the run's members (``prefer``: the roster, warming newcomers included):
+- the mesh is filled with members before strangers, and at each heartbeat a stranger in the mesh makes way
+  for a member outside it while fewer than ``degree`` members are in it;
+- a stranger's GRAFT is refused (PRUNE) when the mesh already holds ``degree`` peers, and strangers are
+  pruned first when the mesh is over ``degree_high``;
+- our own messages go to every subscribed member directly (flood publishing, as go-libp2p does for its
+  own messages), so a member's vote or announcement never waits on a stranger's forwarding.
+Strangers still get gossip (IHAVE) and a mesh slot where members leave room, so an honest newcomer follows
+the run until it is listed, and then it is a member. A stranger muted for flooding (protocol/gossip_mute.py,
+py-libp2p's blacklist) gets neither: it is left out of every choice of peers and pruned from the mesh.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable
+
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+
+# Catch-up messages queued for a newly subscribed peer; below the channel's queue high water mark.
+CATCH_UP_MESSAGES = 8
+_EVERYONE = 1 << 30
+
+MemberIds = Callable[[], Collection[str]]
+
+
+def _nobody() -> Collection[str]:
+    return ()
+
+
+class RunRouter(GossipSub):
+    """GossipSub with bounded, queued catch-up and a members-first mesh (see the module docstring)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._members: MemberIds = _nobody
+
+    def prefer(self, members: MemberIds) -> None:
+        """Name the run's members (base58 peer ids); called for every mesh decision and own publish."""
+        self._members = members
+
+    def is_member(self, peer_id: ID) -> bool:
+        return str(peer_id) in self._members()
+
+    def _member_set(self) -> frozenset[str]:
+        return frozenset(self._members())
+
+    # -- catch-up ---------------------------------------------------------------------------------------
+
+    async def send_recent_messages(self, peer_id: ID, topic: str) -> None:
+        cache = self.mcache
+        newest_first = [
+            entry.mid
+            for entries in cache.history[: cache.window_size]
+            for entry in reversed(entries)
+            if topic in entry.topics
+        ]
+        for mid in reversed(newest_first[:CATCH_UP_MESSAGES]):
+            msg = cache.get(mid)
+            if msg is not None and self._may_send(peer_id, list(msg.topicIDs)):
+                self.send_rpc(peer_id, rpc_pb2.RPC(publish=[msg]))
+
+    def _may_send(self, peer_id: ID, topics: list[str]) -> bool:
+        return self.scorer is None or self.scorer.allow_publish(peer_id, topics)
+
+    async def flush_pending_messages(self, peer_id: ID) -> None:
+        self._prune_pending_messages(peer_id)
+        held = self._pending_messages.pop(peer_id, [])
+        pubsub = self.pubsub
+        if pubsub is None:
+            return
+        topics = {t for t, peers in pubsub.peer_topics.items() if peer_id in peers}
+        for _, rpc in held[-CATCH_UP_MESSAGES:]:
+            msg_topics = [t for m in rpc.publish for t in m.topicIDs]
+            if topics.intersection(msg_topics) and self._may_send(peer_id, msg_topics):
+                self.send_rpc(peer_id, rpc)
+
+    # -- members first ----------------------------------------------------------------------------------
+
+    def _get_in_topic_gossipsub_peers_from_minus(
+        self, topic: str, num_to_select: int, minus: Iterable[ID], backoff_check: bool = False
+    ) -> list[ID]:
+        muted = self.pubsub.blacklisted_peers if self.pubsub is not None else set()
+        everyone = super()._get_in_topic_gossipsub_peers_from_minus(topic, _EVERYONE, minus, backoff_check)
+        pool = [p for p in everyone if p not in muted]
+        members = self._member_set()
+        first = [p for p in pool if str(p) in members]
+        rest = [p for p in pool if str(p) not in members]
+        random.shuffle(first)
+        random.shuffle(rest)
+        return (first + rest)[: max(0, num_to_select)]
+
+    def mesh_heartbeat(self) -> tuple[defaultdict[ID, list[str]], defaultdict[ID, list[str]]]:
+        graft, prune = super().mesh_heartbeat()
+        muted = self.pubsub.blacklisted_peers if self.pubsub is not None else set()
+        for topic, mesh in self.mesh.items():
+            for peer in [p for p in mesh if p in muted]:
+                self._evict(topic, peer, graft, prune)
+        members = self._member_set()
+        if members:
+            for topic in list(self.mesh):
+                self._seat_members(topic, members, graft, prune)
+        return graft, prune
+
+    def _seat_members(self, topic: str, members: frozenset[str], graft: defaultdict[ID, list[str]],
+                      prune: defaultdict[ID, list[str]]) -> None:
+        """Graft members outside the mesh while fewer than ``degree`` are in it, evicting strangers."""
+        pubsub = self.pubsub
+        if pubsub is None or topic not in pubsub.peer_topics:
+            return
+        mesh = self.mesh[topic]
+        strangers = [p for p in mesh if str(p) not in members]
+        seated = len(mesh) - len(strangers)
+        outside = [p for p in self._get_in_topic_gossipsub_peers_from_minus(topic, _EVERYONE, mesh, True)
+                   if str(p) in members]
+        for peer in outside[: max(0, self.degree - seated)]:
+            if len(mesh) >= self.degree and strangers:
+                self._evict(topic, strangers.pop(), graft, prune)
+            elif len(mesh) >= self.degree_high:
+                return
+            mesh.add(peer)
+            self._notify_mesh_peer_added(peer, topic)
+            if self.scorer is not None:
+                self.scorer.on_join_mesh(peer, topic)
+            graft[peer].append(topic)
+
+    def _evict(self, topic: str, peer: ID, graft: defaultdict[ID, list[str]],
+               prune: defaultdict[ID, list[str]]) -> None:
+        self.mesh[topic].discard(peer)
+        if self.scorer is not None:
+            self.scorer.on_leave_mesh(peer, topic)
+        if topic in graft.get(peer, []):
+            graft[peer].remove(topic)
+            if not graft[peer]:
+                del graft[peer]
+        else:
+            prune[peer].append(topic)
+
+    def _select_peers_for_pruning(self, topic: str, num_to_prune: int) -> list[ID]:
+        members = self._member_set()
+        if not members:
+            return list(super()._select_peers_for_pruning(topic, num_to_prune))
+        mesh = list(self.mesh.get(topic, ()))
+        strangers = [p for p in mesh if str(p) not in members]
+        seated = [p for p in mesh if str(p) in members]
+        random.shuffle(strangers)
+        random.shuffle(seated)
+        return (strangers + seated)[: max(0, num_to_prune)]
+
+    async def handle_graft(self, graft_msg: rpc_pb2.ControlGraft, sender_peer_id: ID) -> None:
+        topic = graft_msg.topicID
+        mesh = self.mesh.get(topic)
+        members = self._member_set()
+        if (members and mesh is not None and sender_peer_id not in mesh and len(mesh) >= self.degree
+                and str(sender_peer_id) not in members):
+            await self.emit_prune(topic, sender_peer_id, False, False)
+            return
+        await super().handle_graft(graft_msg, sender_peer_id)
+
+    def _get_peers_to_send(
+        self, topic_ids: Iterable[str], msg_forwarder: ID, origin: ID, msg_id: bytes | None = None
+    ) -> Iterable[ID]:
+        topics = list(topic_ids)
+        chosen = set(super()._get_peers_to_send(topics, msg_forwarder, origin, msg_id))
+        pubsub = self.pubsub
+        if pubsub is not None and origin == pubsub.my_id:
+            members = self._member_set()
+            for topic in topics:
+                chosen.update(p for p in pubsub.peer_topics.get(topic, ()) if str(p) in members)
+            chosen.discard(origin)
+        return chosen
