@@ -52,6 +52,10 @@ BASELINES = ("none", "all-honest")  # N - 1 honest peers alone; N honest peers
 SYBIL_FLOOD = "sybil-flood"
 SYBILS = [sys.executable, "-m", "distro_node.node.testbed.sybils"]
 SYBIL_COUNT = 10
+GOSSIP_FLOOD = "gossip-flood"
+RECOVERY_S = 60.0
+RECOVERY_EVERY_S = 10.0
+RECOVERY_STEPS = 400  # honest steps left after the measured ones: more than RECOVERY_S of training
 
 
 class ByzantineBenchError(RuntimeError):
@@ -95,11 +99,14 @@ def _tickets(log_dir: Path, run_id: str) -> Callable[[str], list[str]]:
 
 
 def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir: Path,
-            wait_s: float, admission: str = "open", sybil_nice: int = 0) -> dict[str, Any]:
+            wait_s: float, admission: str = "open", sybil_nice: int = 0, sybil_idle: bool = False
+            ) -> dict[str, Any]:
     """One swarm: N - f honest daemons and, unless ``attack`` is none, f adversaries, to ``steps`` steps."""
     honest_n = peers if attack == "all-honest" else peers - liars
     cohort = honest_n if attack in (*BASELINES, SYBIL_FLOOD) else peers
-    local = ["--steps", str(steps + 5)]  # the last steps are not measured: a stop is not part of a run
+    # The last steps are not measured: a stop is not part of a run. After a gossip flood the honest peers
+    # train on while their memory is watched (RECOVERY_S), so they get the steps for that too.
+    local = ["--steps", str(steps + (RECOVERY_STEPS if attack == GOSSIP_FLOOD else 5))]
     founder_args = [*CLI, "join", *RUN, *local, "--genesis-peers", str(cohort), *LOGGING]
     if admission == "permissioned":
         founder_args += ["--admission", "permissioned", "--key-file", str(log_dir / "peer0.key")]
@@ -116,7 +123,8 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
         if attack == SYBIL_FLOOD:  # a crowd process beside the swarm, not a roster member
             bootstrap, run_id = str(founder.info()["addrs"][0]), str(founder.info()["run_id"])
             niced = ["nice", "-n", str(sybil_nice)] if sybil_nice else []
-            crowd = [*niced, *SYBILS, bootstrap, run_id, str(SYBIL_COUNT)]
+            idle = ["chrt", "--idle", "0"] if sybil_idle else []
+            crowd = [*idle, *niced, *SYBILS, bootstrap, run_id, str(SYBIL_COUNT)]
             attackers.append(PeerProc(crowd, "sybils", log_dir))
         elif attack not in BASELINES:
             for i in range(liars):
@@ -126,11 +134,16 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
         procs.extend(attackers)
         honest = procs[:honest_n]
         t0 = time.monotonic()
+        founder.wait_step(warm, wait_s)
+        at_warm = {p.name: _refused(_metrics(p)) for p in honest}
+        t_warm = time.monotonic()
         for p in honest:
             p.wait_step(steps - 1, max(1.0, wait_s - (time.monotonic() - t0)))
         metrics = {p.name: _metrics(p) for p in honest}
+        elapsed = time.monotonic() - t_warm
         cpu = {p.name: _cpu_s(p) for p in procs}
         attacker_ids = {str(a.info()["peer_id"]) for a in attackers if attack != SYBIL_FLOOD}
+        recovery = _recovery(honest, attackers) if attack == GOSSIP_FLOOD else None
     except PeerWaitError as exc:
         raise ByzantineBenchError(f"{attack}: {exc}") from None
     finally:
@@ -166,7 +179,34 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
         "sybils": _sybil_reports(attackers),
         "cpu_s": cpu,  # user + system seconds of each process over the whole run (this machine has 2 cores)
         "sybil_nice": sybil_nice if attack == SYBIL_FLOOD else None,
+        "sybil_idle": sybil_idle if attack == SYBIL_FLOOD else None,
+        # refused gossip per second at each honest peer over the measured steps: what a flood delivered
+        "rejected_per_s": {n: round((_refused(m) - at_warm[n]) / elapsed, 1) for n, m in metrics.items()},
+        "after_flood": recovery,
     }
+
+
+def _refused(metrics: dict[str, dict[str, float]]) -> float:
+    return sum(metrics.get("distro_gossip_rejected_total", {}).values())
+
+
+def _rss_mb(p: PeerProc) -> float:
+    for line in Path(f"/proc/{p.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise ByzantineBenchError(f"{p.name}: no VmRSS in /proc")
+
+
+def _recovery(honest: list[PeerProc], attackers: list[PeerProc]) -> dict[str, Any]:
+    """Stop the flooders, then the honest peers' resident memory every RECOVERY_EVERY_S for RECOVERY_S."""
+    at_stop = {p.name: _rss_mb(p) for p in honest}
+    stop_all(attackers, STOP_GRACE_S)
+    samples: list[dict[str, float]] = []
+    start = time.monotonic()
+    for i in range(1, int(RECOVERY_S / RECOVERY_EVERY_S) + 1):
+        time.sleep(max(0.0, start + i * RECOVERY_EVERY_S - time.monotonic()))
+        samples.append({p.name: _rss_mb(p) for p in honest if p.proc.poll() is None})
+    return {"rss_at_stop_mb": at_stop, "every_s": RECOVERY_EVERY_S, "rss_mb": samples}
 
 
 def _cpu_s(p: PeerProc) -> float:
@@ -199,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sybil-nice", type=int, default=0, metavar="N",
                         help="run the sybil-flood crowd at this nice level (19: it takes only CPU the honest "
                              "peers leave, as a crowd on other machines would; default 0)")
+    parser.add_argument("--sybil-idle", action="store_true",
+                        help="run the sybil-flood crowd under SCHED_IDLE (chrt --idle): it gets a core only "
+                             "when the honest peers leave one idle, the nearest these shared cores come to a "
+                             "crowd on machines of its own")
     parser.add_argument("--admission", choices=ADMISSION_MODES, default="open",
                         help="open (default), or permissioned: every peer but the founder gets a ticket, the "
                              "adversaries too (insiders); the made-up identities of sybil-flood get none")
@@ -216,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             log_dir.mkdir()
             print(f"[byzantine] {attack}: {args.peers} peers, {args.steps} steps", flush=True)
             results.append(run_one(attack, args.peers, args.liars, args.steps, args.warm, log_dir, args.wait,
-                                   args.admission, args.sybil_nice))
+                                   args.admission, args.sybil_nice, args.sybil_idle))
     for baseline in BASELINES:
         base = next((r["honest_steps_per_s"] for r in results if r["attack"] == baseline), None)
         for r in results:

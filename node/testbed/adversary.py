@@ -10,8 +10,9 @@ Kinds:
     equivocate  signs and announces a second, different payload for every step (and serves both).
     double-vote with every prevote and precommit it casts, signs and sends one for another list.
     jump-epochs with every status it sends, sends one for an epoch 500 later.
-    gossip-flood  publishes 1,000 well-formed signed heartbeats a second (each different), beside its
-                honest traffic.
+    gossip-flood  once it is in the roster (a stranger's flood gets it muted), sends every peer 1,000
+                well-formed signed heartbeats a second (each different), beside its honest traffic,
+                written straight into its pubsub queues; it signs a minute's worth ahead while it waits.
     lying-donor describes zeroed weights under a roster of itself and 4 Sybil identities it runs, which
                 answer state requests alike (node/testbed/adversary_donor.py).
 
@@ -26,7 +27,9 @@ import dataclasses
 import hashlib
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -39,12 +42,16 @@ from distro_node.protocol import authorship
 from distro_node.protocol.ballots import Status, Vote, vote_statement
 from distro_node.protocol.consensus import agreement, epochs, round_state
 from distro_node.protocol.consensus.actions import Publish
+from distro_node.protocol.gossip import AnnouncementChannel
 from distro_node.protocol.messages import Announcement, Heartbeat, InclusionList
 
 from .adversary_donor import patch_lying_donor
+from .raw_gossip import send, sign
 
 KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs", "gossip-flood", "lying-donor")
 FLOOD_PER_S = 1000
+FLOOD_BATCH = 10
+FLOOD_POOL = 60 * FLOOD_PER_S  # messages signed ahead while waiting to be a member: a minute of flood
 
 
 def _forge_lists() -> None:
@@ -132,22 +139,46 @@ def _jump_epochs() -> None:
 
 
 def _gossip_flood() -> None:
+    """Signed heartbeats written straight into each peer's pubsub queue, ``FLOOD_BATCH`` per RPC
+    (node/testbed/raw_gossip.py)."""
     honest_loop: Callable[..., Awaitable[None]] = peer_node.send_heartbeats
+    honest_gossip: Callable[..., Any] = peer_node.open_gossip
+    channels: list[AnnouncementChannel] = []
+
+    @asynccontextmanager
+    async def keep_channel(*args: Any, **kwargs: Any) -> AsyncIterator[AnnouncementChannel]:
+        async with honest_gossip(*args, **kwargs) as channel:
+            channels.append(channel)
+            yield channel
 
     async def flood(**kwargs: Any) -> None:
-        driver, outbox = kwargs["driver"], kwargs["outbox"]
+        driver = kwargs["driver"]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(partial(honest_loop, **kwargs))
-            burst = FLOOD_PER_S // 100
+            channel = channels[-1]
+            pool: deque[Any] = deque()
+            period = FLOOD_BATCH / FLOOD_PER_S
+            while not _member(driver, kwargs["self_id"]):  # sign ahead meanwhile (strangers are muted)
+                if len(pool) < FLOOD_POOL:
+                    pool.extend(sign(channel, _beats(kwargs, 0)))
+                await trio.sleep(0 if len(pool) < FLOOD_POOL else period)
+            next_at = trio.current_time()
             while True:
-                m = driver.machine
-                step = m.next_step if m is not None else 0
-                for _ in range(burst):
-                    if not outbox.closed:
-                        outbox.publish(Heartbeat(kwargs["run_id"], kwargs["self_id"], step, os.urandom(32)))
-                await trio.sleep(0.01)
+                batch = [pool.popleft() for _ in range(min(FLOOD_BATCH, len(pool)))]
+                send(channel, batch or sign(channel, _beats(kwargs, driver.machine.next_step)))
+                next_at += period
+                await trio.sleep_until(max(next_at, trio.current_time()))
 
+    setattr(peer_node, "open_gossip", keep_channel)  # noqa: B010 (a patch, on purpose)
     setattr(peer_node, "send_heartbeats", flood)  # noqa: B010 (a patch, on purpose)
+
+
+def _member(driver: Any, self_id: str) -> bool:
+    return driver.machine is not None and self_id in driver.machine.roster
+
+
+def _beats(kwargs: dict[str, Any], step: int) -> list[Heartbeat]:
+    return [Heartbeat(kwargs["run_id"], kwargs["self_id"], step, os.urandom(32)) for _ in range(FLOOD_BATCH)]
 
 
 PATCHES: dict[str, Callable[[], None]] = {
