@@ -24,6 +24,7 @@ from wsgiref.simple_server import WSGIServer
 
 from distro_node.compression.errors import REASONS
 from distro_node.protocol.codec import CODEC_ERROR_REASONS
+from distro_node.protocol.consensus.context import COUNTERS
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 from prometheus_client.process_collector import ProcessCollector
 
@@ -39,6 +40,8 @@ PHASES: tuple[str, ...] = ("data", "compute", "prepare", "exchange", "apply", "c
 GOSSIP_REASONS: tuple[str, ...] = ("banned", "not_admitted", "rate", "stranger", *CODEC_ERROR_REASONS)
 # How a round closed: every expected payload arrived, or the deadline cut it short.
 OUTCOMES: tuple[str, ...] = ("complete", "deadline")
+# The round machine's counters (protocol/consensus/context.py): a fixed set, so a bounded label.
+ROUND_EVENTS: tuple[str, ...] = COUNTERS
 # Step times range from milliseconds (tiny preset, loopback) to minutes (1.2B over a WAN).
 _SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
@@ -120,6 +123,12 @@ class NodeMetrics:
             ["reason"], registry=r,
         )
         self._banned = Counter(f"{PREFIX}_peers_banned", "Peers excluded for misbehaviour", registry=r)
+        self._round_events = Counter(
+            f"{PREFIX}_round_events", "What the round machine refused, ignored or did, by event", ["event"],
+            registry=r,
+        )
+        self._muted = Counter(f"{PREFIX}_gossip_strangers_muted",
+                              "Strangers muted and cut off for sending mostly refused gossip", registry=r)
         # Scores are in [-1, 1] (agreement) or unbounded below (reputation), so neither is a _ratio.
         self._agreement_min = Gauge(
             f"{PREFIX}_round_agreement_min",
@@ -161,6 +170,8 @@ class NodeMetrics:
             self._gossip_rejected.labels(reason=reason)
         for outcome in OUTCOMES:
             self._rounds.labels(outcome=outcome)
+        for event in ROUND_EVENTS:
+            self._round_events.labels(event=event)
         if process_metrics:
             ProcessCollector(namespace=PREFIX, registry=r)
 
@@ -213,6 +224,13 @@ class NodeMetrics:
 
     def gossip_rejected(self, reason: str) -> None:
         self._gossip_rejected.labels(reason=_choice("reason", reason, GOSSIP_REASONS)).inc()
+
+    def round_events(self, event: str, count: int) -> None:
+        """``count`` more of one of the round machine's counters (``ROUND_EVENTS``)."""
+        self._round_events.labels(event=_choice("event", event, ROUND_EVENTS)).inc(_count("count", count))
+
+    def strangers_muted(self, count: int) -> None:
+        self._muted.inc(_count("count", count))
 
     def peer_banned(self, count: int = 1) -> None:
         self._banned.inc(_count("count", count))

@@ -229,6 +229,9 @@ class PeerNode:
             driver = RoundDriver(out=out, outbox=outbox, fetcher=fetcher, changes=changes, nursery=nursery)
             gossip.prefer_members(driver.roster_ids)
             decoder.know_members(driver.roster_ids)
+            if run.telemetry is not None:
+                run.telemetry.watch(lambda: driver.machine.counters if driver.machine is not None else {},
+                                    lambda: gossip.mutes)
             intake = GossipIntake(decoder=decoder, driver=driver, announcements=announcements,
                                   changes=changes, out=out)
             sync = SyncContext(host=host, run_id=run.run_id, max_state_bytes=opts.max_state_bytes,

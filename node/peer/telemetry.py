@@ -7,7 +7,7 @@ payload, a penalty, the announcements of a round); this class translates them in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from distro_node.protocol.membership import faults_tolerated, vote_quorum
 
@@ -33,6 +33,28 @@ class Telemetry:
         self._sent = 0
         self._received = 0
         self._last_loss = float("nan")
+        self._sources: tuple[Callable[[], Mapping[str, int]], Callable[[], int]] = (dict, int)
+        self._seen_events: dict[str, int] = {}
+        self._seen_muted = 0
+
+    def watch(self, round_events: Callable[[], Mapping[str, int]],
+              strangers_muted: Callable[[], int]) -> None:
+        """Cumulative counts kept elsewhere (the round machine's counters, the gossip channel's mutes),
+        read at every step and reported as increments. A machine replaced by a resync starts again at 0:
+        a count below the last one seen is all new."""
+        self._sources = (round_events, strangers_muted)
+
+    def _counts(self) -> None:
+        events, muted = self._sources[0](), self._sources[1]()
+        for name, total in events.items():
+            seen = self._seen_events.get(name, 0)
+            fresh = total - seen if total >= seen else total  # below what we saw: a new machine, from 0
+            if fresh:
+                self.metrics.round_events(name, fresh)
+            self._seen_events[name] = total
+        if muted > self._seen_muted:
+            self.metrics.strangers_muted(muted - self._seen_muted)
+        self._seen_muted = max(self._seen_muted, muted)
 
     @property
     def url(self) -> str:
@@ -73,6 +95,7 @@ class Telemetry:
         m.set_trust(faults, vote_quorum(peers, faults))
         m.round_closed("complete" if complete else "deadline")
         m.last_step_seconds(step_seconds)
+        self._counts()
 
     def payload_sent(self, payload_bytes: int) -> None:
         if payload_bytes > 0:

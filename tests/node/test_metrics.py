@@ -15,10 +15,12 @@ from distro_node.node.metrics import (
     GOSSIP_REASONS,
     OUTCOMES,
     PHASES,
+    ROUND_EVENTS,
     MetricsError,
     MetricsServer,
     NodeMetrics,
 )
+from distro_node.node.peer.telemetry import Telemetry
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from promtool import require_promtool
@@ -40,7 +42,7 @@ REQUIRED = {
     "distro_build_info",
 }
 ALLOWED_LABELS = {"phase": set(PHASES), "reason": set(REASONS) | set(GOSSIP_REASONS),
-                  "outcome": set(OUTCOMES), "version": None}
+                  "outcome": set(OUTCOMES), "event": set(ROUND_EVENTS), "version": None}
 
 
 def busy_metrics() -> NodeMetrics:
@@ -182,3 +184,25 @@ def test_context_manager_and_bad_port() -> None:
             assert b"distro_build_info" in response.read()
     with pytest.raises(MetricsError, match="port"):
         MetricsServer(NodeMetrics(process_metrics=False).registry, port=70000)
+
+
+def test_round_events_and_muted_strangers_arrive_as_increments_from_their_sources() -> None:
+    """Telemetry reads the round machine's cumulative counters and the gossip mutes at each step; a machine
+    replaced by a resync (counters back at 0) does not take the metric back."""
+    telemetry = Telemetry.__new__(Telemetry)  # no HTTP server needed for the translation
+    telemetry.metrics = NodeMetrics(process_metrics=False)
+    telemetry._seen_events, telemetry._seen_muted = {}, 0
+    counts = {"stale_step": 3, "votes_cast": 5}
+    muted = [2]
+    telemetry.watch(lambda: counts, lambda: muted[0])
+    telemetry._counts()
+    counts = {"stale_step": 1, "votes_cast": 7}  # a fresh machine: stale_step started again
+    muted[0] = 3
+    telemetry._counts()
+    text = generate_latest(telemetry.metrics.registry).decode()
+    assert 'distro_round_events_total{event="stale_step"} 4.0' in text
+    assert 'distro_round_events_total{event="votes_cast"} 7.0' in text
+    assert 'distro_round_events_total{event="list_conflict"} 0.0' in text
+    assert "distro_gossip_strangers_muted_total 3.0" in text
+    with pytest.raises(MetricsError):
+        telemetry.metrics.round_events("made_up", 1)
