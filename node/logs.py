@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from typing import TextIO
@@ -31,9 +32,11 @@ LEVELS: dict[str, int] = {
     "critical": logging.CRITICAL,
 }
 _HANDLER_MARK = "_distro_node_handler"
-# py-libp2p's multi-line report of a stream that could not be opened, and the logger it comes from.
-_STREAM_FAILURE_PREFIX = "Failed to open stream to peer"
-_STREAM_FAILURE_LOGGER = "libp2p.host.basic_host"
+# py-libp2p's reports of failures that reach our code as exceptions: (logger, message prefix).
+_HANDLED_FAILURES = (
+    ("libp2p.host.basic_host", "Failed to open stream to peer"),  # multi-line, names lock statistics
+    ("libp2p.transport.tcp.tcp", "Failed to open TCP stream"),  # a dial that failed: our DialError
+)
 
 
 class LogSetupError(ValueError):
@@ -57,15 +60,33 @@ class _ThirdParty(logging.Filter):
 
 
 class _HandledByUs(logging.Filter):
-    """Drops py-libp2p's ERROR report of a stream that could not be opened (a multi-line block naming lock
-    statistics) unless debugging: the failure reaches our code as an exception, which says what it means
-    (a peer that does not speak the protocol, a closed connection) and is logged there at the right level.
-    Seen when a peer is asked for a protocol before identify has told us it is not a member."""
+    """Drops py-libp2p's ERROR report of a failure that reaches our code as an exception (a stream that
+    could not be opened, a dial that failed) unless debugging: the exception says what it means (a peer that
+    does not speak the protocol, a peer that left) and is logged there at the right level. Seen when a peer
+    is asked for a protocol before identify has told us it is not a member, and as peers leave."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if str(record.msg).startswith(_STREAM_FAILURE_PREFIX):
+        if str(record.msg).startswith(self.prefix):
             return logging.getLogger(OUR_LOGGER).isEnabledFor(logging.DEBUG)
         return True
+
+
+def _adopt_libp2p_logs() -> None:
+    """py-libp2p, when imported without LIBP2P_DEBUG, detaches its logger (no handler, no propagation), so
+    its warnings and errors went to Python's last-resort handler: plain lines on stderr among our JSON.
+    Import it here (the daemon needs it anyway) and send its records through our handler like any other
+    library's. With LIBP2P_DEBUG set, py-libp2p's own logging is what the user asked for and is left alone."""
+    if os.environ.get("LIBP2P_DEBUG"):
+        return
+    try:
+        import libp2p  # noqa: F401 (the import is what detaches the logger)
+    except ImportError:
+        return
+    logging.getLogger("libp2p").propagate = True
 
 
 class JsonFormatter(logging.Formatter):
@@ -112,8 +133,10 @@ def configure_logging(level: str, fmt: str, stream: TextIO | None = None) -> log
     logging.getLogger(OUR_LOGGER).setLevel(numeric)
     for name in NOISY:
         logging.getLogger(name).setLevel(max(numeric, logging.ERROR))
-    stream_failures = logging.getLogger(_STREAM_FAILURE_LOGGER)
-    if not any(isinstance(f, _HandledByUs) for f in stream_failures.filters):
-        stream_failures.addFilter(_HandledByUs())
+    _adopt_libp2p_logs()
+    for name, prefix in _HANDLED_FAILURES:
+        source = logging.getLogger(name)
+        if not any(isinstance(f, _HandledByUs) for f in source.filters):
+            source.addFilter(_HandledByUs(prefix))
     logging.captureWarnings(True)
     return handler
