@@ -41,9 +41,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import count
+
+from . import nat
+from .nat import Nat
 
 SUBNET = "10.77.0"  # private; every testbed reuses it, since each one's bridge lives in its own namespace
 PREFIX_LEN = 24
@@ -190,12 +193,15 @@ class Network:
     interpreter leaving by an uncaught exception deletes what it made.
     """
 
-    def __init__(self, links: Sequence[Link]) -> None:
-        why = available()
+    def __init__(self, links: Sequence[Link], nats: Mapping[int, Nat] | None = None) -> None:
+        why = available() or (nat.available() if nats else None)
         if why is not None:
             raise NetnsError(["ip", "netns"], why)
         if not 1 <= len(links) <= MAX_PEERS:
             raise ValueError(f"links: need 1..{MAX_PEERS} peers, got {len(links)}")
+        self.nats = dict(nats or {})
+        if not set(self.nats) <= set(range(len(links))):
+            raise ValueError(f"nats: peers {sorted(set(self.nats) - set(range(len(links))))} do not exist")
         self.links = list(links)
         self.prefix = f"dn{os.getpid()}x{next(_instances)}"
         self.hub = f"{self.prefix}-hub"
@@ -218,8 +224,16 @@ class Network:
     def ns(self, i: int) -> str:
         return f"{self.prefix}-p{i}"
 
+    def router_ns(self, i: int) -> str:
+        return f"{self.prefix}-r{i}"
+
     def address(self, i: int) -> str:
+        """Where the others reach peer i: its own address, or its router's WAN address behind a NAT."""
         return f"{SUBNET}.{i + 1}"
+
+    def listen_address(self, i: int) -> str:
+        """The address peer i itself has (behind a NAT: its LAN address, node/testbed/nat.py)."""
+        return nat.lan_address(i) if i in self.nats else self.address(i)
 
     def exec_prefix(self, i: int) -> list[str]:
         """argv prefix running a command in peer i's namespace (``ip netns exec`` execs it: same pid)."""
@@ -238,14 +252,17 @@ class Network:
         for i, link in enumerate(self.links):
             ns, port = self.ns(i), f"p{i}"
             self._add_ns(ns)
-            _run(["ip", "-n", ns, "link", "add", PEER_IF, "type", "veth",
-                  "peer", "name", port, "netns", self.hub])
-            for where, dev in ((ns, PEER_IF), (self.hub, port)):  # frames, not GSO trains (see above)
-                _run(["ip", "-n", where, "link", "set", "dev", dev, "gso_max_segs", "1"])
+            if i in self.nats:
+                nat.plumb(self, i, self.nats[i])
+            else:
+                _run(["ip", "-n", ns, "link", "add", PEER_IF, "type", "veth",
+                      "peer", "name", port, "netns", self.hub])
+                for where, dev in ((ns, PEER_IF), (self.hub, port)):  # frames, not GSO trains (see above)
+                    _run(["ip", "-n", where, "link", "set", "dev", dev, "gso_max_segs", "1"])
+                _run(["ip", "-n", ns, "addr", "add", f"{self.address(i)}/{PREFIX_LEN}", "dev", PEER_IF])
+                _run(["ip", "-n", ns, "link", "set", PEER_IF, "up"])
             _run(["ip", "-n", self.hub, "link", "set", port, "master", BRIDGE])
             _run(["ip", "-n", self.hub, "link", "set", port, "up"])
-            _run(["ip", "-n", ns, "addr", "add", f"{self.address(i)}/{PREFIX_LEN}", "dev", PEER_IF])
-            _run(["ip", "-n", ns, "link", "set", PEER_IF, "up"])
             self.shape(i, link)
 
     def shape(self, i: int, link: Link) -> None:
