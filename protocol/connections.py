@@ -62,6 +62,10 @@ class ConnectionWatch(INotifee):
         self.changed.set()
         self.changed = trio.Event()
 
+    def ip_of(self, peer_id: ID) -> str | None:
+        """The remote IP the peer's connection came from (None: not connected, or relayed)."""
+        return self._ips.get(peer_id)
+
     async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
         return None
 

@@ -248,6 +248,10 @@ class P2PHost:
         except Exception as exc:
             raise DialError(str(peer_id), f"cannot open {protocol}: {type(exc).__name__}: {exc}") from exc
 
+    def remote_ip(self, peer_id: ID) -> str | None:
+        """The IP address ``peer_id``'s connection to us comes from, as our socket sees it."""
+        return self._watch.ip_of(peer_id)
+
     def new_peers(self) -> trio.MemoryReceiveChannel[ID]:
         """Peers as connections to them open (a subscription; see ConnectionWatch)."""
         return self._watch.new_peers()
