@@ -25,6 +25,7 @@ from wsgiref.simple_server import WSGIServer
 from distro_node.compression.errors import REASONS
 from distro_node.protocol.codec import CODEC_ERROR_REASONS
 from distro_node.protocol.consensus.context import COUNTERS
+from distro_node.protocol.reachability import VERDICTS
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 from prometheus_client.process_collector import ProcessCollector
 
@@ -127,6 +128,10 @@ class NodeMetrics:
             f"{PREFIX}_round_events", "What the round machine refused, ignored or did, by event", ["event"],
             registry=r,
         )
+        self._reachability = Gauge(
+            f"{PREFIX}_reachability", "1 for what dial-back probes say of this node (verdict label)",
+            ["verdict"], registry=r,
+        )
         self._muted = Counter(f"{PREFIX}_gossip_strangers_muted",
                               "Strangers muted and cut off for sending mostly refused gossip", registry=r)
         # Scores are in [-1, 1] (agreement) or unbounded below (reputation), so neither is a _ratio.
@@ -172,6 +177,7 @@ class NodeMetrics:
             self._rounds.labels(outcome=outcome)
         for event in ROUND_EVENTS:
             self._round_events.labels(event=event)
+        self.set_reachability("unknown")
         if process_metrics:
             ProcessCollector(namespace=PREFIX, registry=r)
 
@@ -228,6 +234,11 @@ class NodeMetrics:
     def round_events(self, event: str, count: int) -> None:
         """``count`` more of one of the round machine's counters (``ROUND_EVENTS``)."""
         self._round_events.labels(event=_choice("event", event, ROUND_EVENTS)).inc(_count("count", count))
+
+    def set_reachability(self, verdict: str) -> None:
+        _choice("verdict", verdict, VERDICTS)
+        for name in VERDICTS:
+            self._reachability.labels(verdict=name).set(1 if name == verdict else 0)
 
     def strangers_muted(self, count: int) -> None:
         self._muted.inc(_count("count", count))

@@ -20,6 +20,11 @@ from distro_node.node.cli.status_scrape import DEFAULT_TIMEOUT, NodeStatus, Stat
 from distro_node.node.config.load import load_config
 from distro_node.node.doctor.report import human_bytes, human_seconds
 
+_REACHABILITY = {
+    "public": "public: two peers dialed this node back on a fresh connection",
+    "private": "private: peers could not dial this node back (behind a NAT or firewall)",
+    "unknown": "unknown: fewer than two peers have answered a dial-back probe yet",
+}
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -102,6 +107,7 @@ def render(url: str, st: NodeStatus, now: float) -> str:
                      f"of {st.peers} peers lie")
     row("admission", "permissioned: only the founder and holders of its tickets are served and heard"
         if st.permissioned else "open: anyone may join (after a warm-up, without a vote until active)")
+    row("reachability", _REACHABILITY.get(st.reachability, st.reachability))
     row("payload sent", human_bytes(st.sent_bytes))
     row("payload received", human_bytes(st.received_bytes))
     row("rounds", ", ".join(f"{k} {v}" for k, v in st.rounds.items()) or "-")

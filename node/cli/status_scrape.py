@@ -56,6 +56,7 @@ class NodeStatus:
     faults_tolerated: int = 0
     vote_quorum: int = 0
     permissioned: bool = False
+    reachability: str = "unknown"
     weights_agreement_ratio: float | None = None
     bandwidth_reduction_ratio: float | None = None
     checkpoints: int = 0
@@ -179,6 +180,8 @@ def parse_status(text: str) -> NodeStatus:
         faults_tolerated=int(_get(s, "distro_faults_tolerated") or 0),
         vote_quorum=int(_get(s, "distro_vote_quorum") or 0),
         permissioned=bool(_get(s, "distro_admission_permissioned")),
+        reachability=next((v for v, on in _by_label(s, "distro_reachability", "verdict").items() if on),
+                          "unknown"),
         weights_agreement_ratio=_positive(_get(s, "distro_weights_hash_agreement_ratio")),
         bandwidth_reduction_ratio=_positive(_get(s, "distro_bandwidth_reduction_ratio")),
         checkpoints=int(_get(s, "distro_checkpoints_saved_total") or 0),

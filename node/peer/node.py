@@ -21,6 +21,7 @@ from distro_node.protocol.admission import Admission
 from distro_node.protocol.authorship import AuthorshipSigner
 from distro_node.protocol.blobs import BlobCatalog, BlobConfig, BlobServer
 from distro_node.protocol.consensus import RoundConfig, RoundMachine
+from distro_node.protocol.dialback import DialbackServer
 from distro_node.protocol.errors import TransportError
 from distro_node.protocol.gossip import GossipConfig, open_gossip
 from distro_node.protocol.host import HostConfig, P2PHost, open_host
@@ -56,6 +57,7 @@ from .outbox import Outbox
 from .output import Output
 from .payloads import ByteCounters, CountingStore, DecodedPayloads
 from .rate_limit import GossipRates
+from .reachability_watch import ReachabilityWatch
 from .resync import Resyncer
 from .scoring import RoundScorer
 from .snapshots import GenesisCohort, SnapshotDesk
@@ -201,6 +203,7 @@ class PeerNode:
         transfer = TransferConfig(max_payload_bytes=cap, attempt_timeout=20.0)
         server = PayloadServer(host, CountingStore(store, counters), transfer)
         server.install()
+        DialbackServer(host).install()
         return _Run(host, self_id, manifest, run_id, trainer, telemetry, round_config, store, transfer,
                     server, counters, feed, admission)
 
@@ -247,6 +250,8 @@ class PeerNode:
                            metrics_url=run.telemetry.url if run.telemetry is not None else None)
             stop = StopRequest(out=out, changes=changes, leave_budget=opts.leave_budget)
             nursery.start_soon(run.admission.run, host)
+            report = run.telemetry.metrics.set_reachability if run.telemetry is not None else None
+            nursery.start_soon(ReachabilityWatch(host, out, report).run)
             nursery.start_soon(intake.run, gossip)
             nursery.start_soon(intake.watch_lost_peers, host.lost_peers())
             nursery.start_soon(outbox.run, gossip)

@@ -34,6 +34,7 @@ def busy_node() -> NodeMetrics:
     metrics.bandwidth_reduction(2_000_000, 1000)
     metrics.round_closed("complete")
     metrics.round_closed("deadline")
+    metrics.set_reachability("private")
     return metrics
 
 
@@ -71,6 +72,7 @@ def test_text_status_shows_what_the_node_observed(node_url: str, capsys: pytest.
     assert lines["banned peers"] == "1"
     assert lines["weights agreement"] == "87.5% of announcing peers agree"
     assert lines["bandwidth reduction"] == "2,000x less than dense bf16"
+    assert lines["reachability"].startswith("private: peers could not dial this node back")
 
 
 def test_json_status(node_url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,6 +89,7 @@ def test_json_status(node_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["banned"] == 1
     assert doc["weights_agreement_ratio"] == pytest.approx(7 / 8)
     assert doc["bandwidth_reduction_ratio"] == 2000
+    assert doc["reachability"] == "private"
     assert doc["resident_bytes"] > 0 and doc["started_unix"] > 0
 
 

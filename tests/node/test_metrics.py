@@ -21,6 +21,7 @@ from distro_node.node.metrics import (
     NodeMetrics,
 )
 from distro_node.node.peer.telemetry import Telemetry
+from distro_node.protocol.reachability import VERDICTS
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from promtool import require_promtool
@@ -42,7 +43,8 @@ REQUIRED = {
     "distro_build_info",
 }
 ALLOWED_LABELS = {"phase": set(PHASES), "reason": set(REASONS) | set(GOSSIP_REASONS),
-                  "outcome": set(OUTCOMES), "event": set(ROUND_EVENTS), "version": None}
+                  "outcome": set(OUTCOMES), "event": set(ROUND_EVENTS),
+                  "verdict": set(VERDICTS), "version": None}
 
 
 def busy_metrics() -> NodeMetrics:

@@ -1,0 +1,36 @@
+"""The daemon's reachability watch (node/peer/reachability_watch.py) with real hosts on loopback: two
+connected peers that dial it back make it public, and the verdict is reported once as an event."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import trio
+from distro_node.node.peer.output import Output
+from distro_node.node.peer.reachability_watch import ReachabilityWatch, listen_ports
+from distro_node.protocol.dialback import DialbackServer
+from distro_node.protocol.testing import WAIT, start_hosts
+
+
+@pytest.mark.network
+def test_two_probers_make_a_loopback_node_public_and_say_so_once() -> None:
+    async def body() -> None:
+        stream = io.StringIO()
+        reported: list[str] = []
+        async with start_hosts(3) as (node, a, b):
+            for prober in (a, b):
+                DialbackServer(prober, dial_timeout=3.0).install()
+                await node.connect(prober.peer_id, prober.addrs())
+            watch = ReachabilityWatch(node, Output("json", stream), reported.append)
+            with trio.fail_after(WAIT * 2):
+                assert await watch.round() == "public"
+                assert await watch.round() == "public"
+            port = listen_ports(node)[0]
+        assert reported == ["public", "public"]
+        events = [json.loads(line) for line in stream.getvalue().splitlines()]
+        assert [e["verdict"] for e in events if e["event"] == "reachability"] == ["public"]
+        assert events[0]["confirmed"] == [f"127.0.0.1:{port}"]
+
+    trio.run(body)
