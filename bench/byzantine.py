@@ -254,25 +254,35 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown attacks {unknown}" if unknown
                      else "need 1 <= --liars, --peers >= 3 * liars + 1, --warm < --steps - 1")
     results: list[dict[str, Any]] = []
+    path = args.out
     with tempfile.TemporaryDirectory(prefix="byzantine-") as tmp:
         for attack in attacks:
             log_dir = Path(tmp) / attack
             log_dir.mkdir()
             print(f"[byzantine] {attack}: {args.peers} peers, {args.steps} steps", flush=True)
-            results.append(run_one(attack, args.peers, args.liars, args.steps, args.warm, log_dir, args.wait,
-                                   args.admission, args.sybil_nice, args.sybil_idle))
+            try:
+                results.append(run_one(attack, args.peers, args.liars, args.steps, args.warm, log_dir,
+                                       args.wait, args.admission, args.sybil_nice, args.sybil_idle))
+            except ByzantineBenchError as exc:  # a swarm that did not get there is a result too
+                results.append({"attack": attack, "peers": args.peers, "error": str(exc)[:2000],
+                                "honest_steps_per_s": None})
+            path = _write(args.out, results)  # after every configuration: a later failure loses nothing
+    for r in results:
+        print(f"[byzantine] {r['attack']}: {r['honest_steps_per_s']} steps/s, slowdown "
+              f"{r['slowdown_vs_none']} (vs all-honest {r['slowdown_vs_all_honest']})"
+              + (f", hashes equal {r['honest_hashes_equal_every_step']}, honest banned {r['honest_banned']}"
+                 if "error" not in r else f", FAILED: {r['error'][:200]}"), flush=True)
+    print(f"[byzantine] wrote {path}", flush=True)
+    return 0
+
+
+def _write(out: Path, results: list[dict[str, Any]]) -> Path:
     for baseline in BASELINES:
         base = next((r["honest_steps_per_s"] for r in results if r["attack"] == baseline), None)
         for r in results:
             rate = r["honest_steps_per_s"]
             r[f"slowdown_vs_{baseline.replace('-', '_')}"] = round(base / rate, 3) if base and rate else None
-    path = write_json(args.out, {"configs": results})
-    for r in results:
-        print(f"[byzantine] {r['attack']}: {r['honest_steps_per_s']} steps/s, slowdown "
-              f"{r['slowdown_vs_none']} (vs all-honest {r['slowdown_vs_all_honest']}), hashes equal "
-              f"{r['honest_hashes_equal_every_step']}, honest banned {r['honest_banned']}", flush=True)
-    print(f"[byzantine] wrote {path}", flush=True)
-    return 0
+    return write_json(out, {"configs": results})
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ from .options import PeerError, PeerOptions
 from .outbox import Outbox
 from .output import Output
 from .payloads import ByteCounters, CountingStore, DecodedPayloads
-from .rate_limit import GossipRates
+from .rate_limit import GossipRates, forwarder_prefilter
 from .reachability_watch import ReachabilityWatch
 from .resync import Resyncer
 from .scoring import RoundScorer
@@ -220,7 +220,10 @@ class PeerNode:
                                 rate=rate,
                                 admits=run.admission.admits if run.admission.permissioned else None)
         async with (
-            open_gossip(host, run.run_id, validator=decoder.validate, config=gossip_cfg) as gossip,
+            open_gossip(host, run.run_id, validator=decoder.validate, config=gossip_cfg,
+                        prefilter=forwarder_prefilter(gossip_cfg.max_messages_per_peer_per_second,
+                                                      gossip_cfg.max_peer_burst, trio.current_time,
+                                                      counted)) as gossip,
             trio.open_nursery() as nursery,
         ):
             outbox = Outbox()

@@ -16,12 +16,18 @@ stalled the swarm at step 0 on this 2-core machine).
 
 Memory is bounded: at most ``max_peers`` buckets, the least recently used evicted first (a fresh bucket is
 full, so eviction can only make us more lenient toward a peer, never block an honest one).
+
+The same budget is also spent earlier, before py-libp2p's signature check, per (forwarder, claimed origin)
+(:func:`forwarder_prefilter`): the signature check is what a member's flood of validly signed messages
+costs us most, and it ran for every message however early the per-signer bucket refused it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+
+from libp2p.peer.id import ID
 
 
 class PeerRateLimit:
@@ -32,10 +38,11 @@ class PeerRateLimit:
         self._burst = float(burst)
         self._clock = clock
         self._max_peers = max_peers
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # peer -> (tokens, at)
+        self._buckets: OrderedDict[Hashable, tuple[float, float]] = OrderedDict()  # peer -> (tokens, at)
 
-    def allow(self, peer: str) -> bool:
-        """Take one token from ``peer``'s bucket; False (nothing taken) if it is empty."""
+    def allow(self, peer: Hashable) -> bool:
+        """Take one token from ``peer``'s bucket (any key: a signer, a (forwarder, origin) pair); False
+        (nothing taken) if it is empty."""
         now = self._clock()
         tokens, at = self._buckets.get(peer, (self._burst, now))
         tokens = min(self._burst, tokens + max(0.0, now - at) * self._rate)
@@ -45,6 +52,22 @@ class PeerRateLimit:
         while len(self._buckets) > self._max_peers:
             self._buckets.popitem(last=False)
         return allowed
+
+
+def forwarder_prefilter(rate: float, burst: float, clock: Callable[[], float],
+                        on_refused: Callable[[str], None] | None = None) -> Callable[[ID, bytes], bool]:
+    """The gossip prefilter (protocol/gossip.py ``_RunPubsub``): the per-signer budget, kept per
+    (forwarder, claimed origin) and spent before the signature check; refusals count as ``rate``."""
+    buckets = PeerRateLimit(rate, burst, clock)
+
+    def keep(forwarder: ID, origin: bytes) -> bool:
+        if buckets.allow((forwarder.to_bytes(), origin)):
+            return True
+        if on_refused is not None:
+            on_refused("rate")
+        return False
+
+    return keep
 
 
 class GossipRates:

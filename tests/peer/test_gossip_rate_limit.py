@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from distro_node.node.peer.intake import GossipDecoder
-from distro_node.node.peer.rate_limit import GossipRates, PeerRateLimit
+from distro_node.node.peer.rate_limit import GossipRates, PeerRateLimit, forwarder_prefilter
 from distro_node.protocol.codec import encode_message
 from distro_node.protocol.messages import Heartbeat, Status
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -71,3 +71,18 @@ def test_heartbeats_have_a_much_tighter_bucket_of_their_own() -> None:
     assert decoder.validate(sender, encode_message(Status(RUN, 0, 1, str(sender))))  # other kinds still do
     clock.now = 1.0
     assert decoder.validate(sender, encode_message(Heartbeat(RUN, str(sender), 99, RUN)))
+
+
+def test_the_prefilter_budget_is_per_forwarder_and_claimed_origin() -> None:
+    """A flood one peer sends (or forwards) in an origin's name is cut at that peer; the same origin's
+    messages through another forwarder are untouched, so a forger cannot spend an honest origin's budget."""
+    now = [0.0]
+    refused: list[str] = []
+    keep = forwarder_prefilter(2.0, 2, lambda: now[0], refused.append)
+    flooder, honest, origin = (ID.from_pubkey(create_new_key_pair().public_key) for _ in range(3))
+    origin_id = origin.to_bytes()
+    assert [keep(flooder, origin_id) for _ in range(4)] == [True, True, False, False]
+    assert keep(honest, origin_id) and keep(honest, origin_id)
+    assert refused == ["rate", "rate"]
+    now[0] += 0.5
+    assert keep(flooder, origin_id)

@@ -206,3 +206,31 @@ def test_a_peer_whose_gossip_started_after_it_was_dialed_is_linked_both_ways() -
                         break
 
     trio.run(body)
+
+
+@pytest.mark.network
+def test_the_prefilter_drops_a_forwarders_messages_before_the_validator_sees_them() -> None:
+    async def body() -> None:
+        seen: list[bytes] = []
+
+        def note(sender: ID, data: bytes) -> bool:
+            seen.append(data)
+            return True
+
+        async with start_hosts(3) as hosts, AsyncExitStack() as stack:
+            hub, blocked, other = hosts
+            cut = blocked.peer_id
+            chans = [await stack.enter_async_context(open_gossip(
+                h, RUN, validator=note if h is hub else None,
+                prefilter=(lambda fwd, origin: fwd != cut) if h is hub else None)) for h in hosts]
+            with trio.fail_after(WAIT):
+                await connect_all_to([hub, blocked, other], hub)
+                await chans[0].wait_for_subscribers({blocked.peer_id, other.peer_id}, timeout=WAIT)
+                for c in chans[1:]:
+                    await c.wait_for_subscribers({hub.peer_id}, timeout=WAIT)
+            await chans[1].publish(b"from the cut-off peer")
+            await chans[2].publish(b"from the other")
+            msg = await _receive_one(chans[0])
+            assert msg.data == b"from the other" and seen == [b"from the other"]
+
+    trio.run(body)
