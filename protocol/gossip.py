@@ -25,10 +25,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import trio
-from libp2p.abc import ISubscriptionAPI
+from libp2p.abc import INetStream, ISubscriptionAPI
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, PROTOCOL_ID_V12
 from libp2p.pubsub.pb import rpc_pb2
@@ -55,6 +56,7 @@ _QUEUE_POLL = 0.002
 
 Validator = Callable[[ID, bytes], bool]
 Prefilter = Callable[[ID, bytes], bool]
+_FORWARDER: ContextVar[ID | None] = ContextVar("distro_gossip_forwarder", default=None)
 
 
 @dataclass(frozen=True)
@@ -112,23 +114,34 @@ class GossipConfig:
 
 
 class _RunPubsub(Pubsub):
-    """Pubsub with a filter before the signature check.
+    """Pubsub with a filter on each received message before anything else is done with it.
 
-    py-libp2p checks each message's signature before any validator runs, so a member flooding us with
-    validly signed messages costs us a signature check for each, however early our per-signer rate limit
-    refuses them: two such members among 7 daemons on 2 shared cores kept the swarm at step 0. The origin
-    a message names is not yet proven there, so a budget per origin alone would let a forger spend an
-    honest peer's; the prefilter's budget is per (forwarder, claimed origin): a flood sent or forwarded by
-    one peer is cut at that peer, and the origin's own messages on any other path are untouched.
+    py-libp2p starts a task per received message and checks its signature before any validator runs, so a
+    member flooding us with validly signed messages cost us a task and a signature check for each, however
+    early our per-signer rate limit refused them: two such members among 7 daemons on 2 shared cores kept
+    the swarm at step 0. The filter runs where py-libp2p asks whether we want the message at all (its topic
+    check, inside the reading loop of the sender's stream, whose peer the handler below notes in a context
+    variable). The origin a message names is not yet proven there, so a budget per origin alone would let a
+    forger spend an honest peer's; the prefilter's budget is per (forwarder, claimed origin): a flood sent
+    or forwarded by one peer is cut at that peer, and the origin's own messages on other paths are not.
     """
 
     prefilter: Prefilter | None = None
 
-    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
-        keep = self.prefilter
-        if keep is not None and msg_forwarder != self.my_id and not keep(msg_forwarder, bytes(msg.from_id)):
-            return
-        await super().push_msg(msg_forwarder, msg)
+    async def stream_handler(self, stream: INetStream) -> None:
+        token = _FORWARDER.set(stream.muxed_conn.peer_id)
+        try:
+            await super().stream_handler(stream)
+        finally:
+            _FORWARDER.reset(token)
+
+    def _is_subscribed_to_msg(self, msg: rpc_pb2.Message) -> bool:
+        if not super()._is_subscribed_to_msg(msg):
+            return False
+        keep, forwarder = self.prefilter, _FORWARDER.get()
+        if keep is None or forwarder is None or forwarder == self.my_id:
+            return True
+        return keep(forwarder, bytes(msg.from_id))
 
 
 def announce_topic(run_id: bytes, name: str = "announce") -> str:
