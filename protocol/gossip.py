@@ -84,6 +84,12 @@ class GossipConfig:
     # an honest peer's rate at the tiny preset, with room for a catch-up burst.
     max_messages_per_peer_per_second: float = 200.0
     max_peer_burst: int = 400
+    # The prefilter's budget (node/peer/rate_limit.py forwarder_prefilter), per (forwarder, claimed origin),
+    # spent before py-libp2p starts a task and checks a signature: about twice an honest peer's own rate at
+    # the tiny preset's 7 steps a second, with a catch-up burst. Two members flooding at 1,000 a second each
+    # still stalled 7 daemons on 2 cores at 200 a second.
+    max_forwarded_per_origin_per_second: float = 50.0
+    max_forwarded_burst: int = 200
     # Goodbyes, tighter (an honest peer sends one); heartbeats get twice the round config's heartbeat rate.
     max_goodbyes_per_peer_per_second: float = 0.5
     goodbye_burst: int = 2

@@ -221,8 +221,8 @@ class PeerNode:
                                 admits=run.admission.admits if run.admission.permissioned else None)
         async with (
             open_gossip(host, run.run_id, validator=decoder.validate, config=gossip_cfg,
-                        prefilter=forwarder_prefilter(gossip_cfg.max_messages_per_peer_per_second,
-                                                      gossip_cfg.max_peer_burst, trio.current_time,
+                        prefilter=forwarder_prefilter(gossip_cfg.max_forwarded_per_origin_per_second,
+                                                      gossip_cfg.max_forwarded_burst, trio.current_time,
                                                       counted)) as gossip,
             trio.open_nursery() as nursery,
         ):

@@ -17,7 +17,7 @@ stalled the swarm at step 0 on this 2-core machine).
 Memory is bounded: at most ``max_peers`` buckets, the least recently used evicted first (a fresh bucket is
 full, so eviction can only make us more lenient toward a peer, never block an honest one).
 
-The same budget is also spent earlier, before py-libp2p's signature check, per (forwarder, claimed origin)
+A tighter budget is also spent earlier, before py-libp2p's signature check, per (forwarder, claimed origin)
 (:func:`forwarder_prefilter`): the signature check is what a member's flood of validly signed messages
 costs us most, and it ran for every message however early the per-signer bucket refused it.
 """
@@ -56,8 +56,8 @@ class PeerRateLimit:
 
 def forwarder_prefilter(rate: float, burst: float, clock: Callable[[], float],
                         on_refused: Callable[[str], None] | None = None) -> Callable[[ID, bytes], bool]:
-    """The gossip prefilter (protocol/gossip.py ``_RunPubsub``): the per-signer budget, kept per
-    (forwarder, claimed origin) and spent before the signature check; refusals count as ``rate``."""
+    """The gossip prefilter (protocol/gossip.py ``_RunPubsub``): a budget per (forwarder, claimed origin),
+    spent before the signature check; refusals count as ``rate``."""
     buckets = PeerRateLimit(rate, burst, clock)
 
     def keep(forwarder: ID, origin: bytes) -> bool:
