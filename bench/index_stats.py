@@ -25,6 +25,7 @@ import math
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from _common import RESULTS_DIR, write_json
 from distro_node.compression.payload import Payload
 from distro_node.node.sim.experiment import ExperimentConfig, build_swarm
 
-BLOCK = 64 * 64  # full chunks only: edge chunks are smaller and few
+BLOCK = 64 * 64  # tensors chunked in 64 x 64 blocks only (vectors are chunked by 64 and few)
 K = 4
 ENUM_BITS = 44 / K  # the enum codec's bits per index at k = 4 of 4096 (whole bits per chunk)
 # A chunk's k positions are a set: coding them in a canonical order saves log2(k!) bits per chunk against
@@ -56,6 +57,8 @@ def collect(seed: int, args: argparse.Namespace) -> tuple[dict[str, np.ndarray],
     halves: dict[str, np.ndarray] = defaultdict(lambda: np.zeros((2, BLOCK), dtype=np.int64))
     same_pos = agree = pairs = picks = 0
     captured: dict[str, Payload] = {}
+    layouts = swarm.peers[0].strategy._layouts  # type: ignore[attr-defined]
+    full_blocks = {name for name, layout in layouts.items() if layout.block == (64, 64)}
     for peer in swarm.peers:
         original = peer.strategy.prepare
 
@@ -74,12 +77,11 @@ def collect(seed: int, args: argparse.Namespace) -> tuple[dict[str, np.ndarray],
         by_tensor: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
         for payload in captured.values():
             for name, entry in payload.tensors.items():
-                if entry.indices is None:
+                if entry.indices is None or name not in full_blocks:
                     continue
                 idx, val = entry.indices.numpy(), entry.values.numpy()
-                full = idx.max(axis=1) < BLOCK if idx.size else np.zeros(0, bool)
                 by_tensor[name].append((idx, val))
-                np.add.at(halves[_kind(name)][half], idx[full].ravel(), 1)
+                np.add.at(halves[_kind(name)][half], idx.ravel(), 1)
         for entries in by_tensor.values():
             for a in range(len(entries)):
                 for b in range(a + 1, len(entries)):
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--record", type=int, default=100, help="last steps whose selections are counted")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--out", default=str(RESULTS_DIR / "index_stats.json"))
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "index_stats.json")
     args = parser.parse_args(argv)
     if not 2 <= args.record <= args.steps:
         parser.error("need 2 <= --record <= --steps")

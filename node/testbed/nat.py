@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .netns import Network
+from .shell import run
 
 NAT_KINDS = ("drop", "reset", "random", "forward")
 LAN_IF = "lan0"
@@ -98,26 +97,25 @@ table ip filter {{
 """
 
 
-def plumb(net: Network, i: int, nat: Nat) -> None:
-    """Put peer i behind its router: veths peer <-> router LAN and router WAN <-> hub port ``p<i>``."""
-    from .netns import PEER_IF, PREFIX_LEN, _run  # here: netns imports this module
-
+def plumb(i: int, nat: Nat, *, peer: str, router: str, hub: str, public: str, peer_if: str,
+          add_ns: Callable[[str], None]) -> None:
+    """Put peer i (namespace ``peer``) behind its router namespace: veths peer <-> router LAN and router
+    WAN (``public``: address/prefix on the hub's bridge) <-> hub port ``p<i>``."""
     if i >= MAX_NAT_PEERS:
         raise ValueError(f"at most {MAX_NAT_PEERS} peers can sit behind NATs, got peer {i}")
-    peer, router, hub = net.ns(i), net.router_ns(i), net.hub
-    net._add_ns(router)
-    _run(["ip", "-n", peer, "link", "add", PEER_IF, "type", "veth", "peer", "name", LAN_IF, "netns", router])
-    _run(["ip", "-n", router, "link", "add", WAN_IF, "type", "veth", "peer", "name", f"p{i}", "netns", hub])
-    for where, dev in ((peer, PEER_IF), (hub, f"p{i}"), (router, LAN_IF), (router, WAN_IF)):
-        _run(["ip", "-n", where, "link", "set", "dev", dev, "gso_max_segs", "1"])
-    _run(["ip", "-n", router, "addr", "add", f"{gateway(i)}/24", "dev", LAN_IF])
-    _run(["ip", "-n", router, "addr", "add", f"{net.address(i)}/{PREFIX_LEN}", "dev", WAN_IF])
-    _run(["ip", "-n", peer, "addr", "add", f"{lan_address(i)}/24", "dev", PEER_IF])
-    for where, dev in ((router, LAN_IF), (router, WAN_IF), (peer, PEER_IF)):
-        _run(["ip", "-n", where, "link", "set", dev, "up"])
-    _run(["ip", "-n", peer, "route", "add", "default", "via", gateway(i)])
-    _run(["ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+    add_ns(router)
+    run(["ip", "-n", peer, "link", "add", peer_if, "type", "veth", "peer", "name", LAN_IF, "netns", router])
+    run(["ip", "-n", router, "link", "add", WAN_IF, "type", "veth", "peer", "name", f"p{i}", "netns", hub])
+    for where, dev in ((peer, peer_if), (hub, f"p{i}"), (router, LAN_IF), (router, WAN_IF)):
+        run(["ip", "-n", where, "link", "set", "dev", dev, "gso_max_segs", "1"])
+    run(["ip", "-n", router, "addr", "add", f"{gateway(i)}/24", "dev", LAN_IF])
+    run(["ip", "-n", router, "addr", "add", public, "dev", WAN_IF])
+    run(["ip", "-n", peer, "addr", "add", f"{lan_address(i)}/24", "dev", peer_if])
+    for where, dev in ((router, LAN_IF), (router, WAN_IF), (peer, peer_if)):
+        run(["ip", "-n", where, "link", "set", dev, "up"])
+    run(["ip", "-n", peer, "route", "add", "default", "via", gateway(i)])
+    run(["ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
     with tempfile.NamedTemporaryFile("w", suffix=".nft") as rules:
         rules.write(ruleset(nat, lan_address(i)))
         rules.flush()
-        _run(["ip", "netns", "exec", router, "nft", "-f", rules.name])
+        run(["ip", "netns", "exec", router, "nft", "-f", rules.name])

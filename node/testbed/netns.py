@@ -47,6 +47,8 @@ from itertools import count
 
 from . import nat
 from .nat import Nat
+from .shell import NetnsError
+from .shell import run as _run
 
 SUBNET = "10.77.0"  # private; every testbed reuses it, since each one's bridge lives in its own namespace
 PREFIX_LEN = 24
@@ -56,14 +58,6 @@ SPLIT_BRIDGE = "br1"
 PEER_IF = "eth0"
 TBF_LATENCY_MS = 50
 _instances = count()
-
-
-class NetnsError(RuntimeError):
-    """A namespace, link or qdisc command failed; ``command`` is the argv that failed."""
-
-    def __init__(self, command: Sequence[str], detail: str) -> None:
-        super().__init__(f"{' '.join(command)}: {detail}")
-        self.command = list(command)
 
 
 @dataclass(frozen=True)
@@ -114,13 +108,6 @@ def available() -> str | None:
     if missing:
         return f"missing tools: {', '.join(missing)}"
     return None
-
-
-def _run(argv: Sequence[str], check: bool = True) -> str:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
-    if check and proc.returncode != 0:
-        raise NetnsError(argv, proc.stderr.strip() or f"exit {proc.returncode}")
-    return proc.stdout
 
 
 def _pid_alive(pid: int) -> bool:
@@ -253,7 +240,8 @@ class Network:
             ns, port = self.ns(i), f"p{i}"
             self._add_ns(ns)
             if i in self.nats:
-                nat.plumb(self, i, self.nats[i])
+                nat.plumb(i, self.nats[i], peer=ns, router=self.router_ns(i), hub=self.hub,
+                          public=f"{self.address(i)}/{PREFIX_LEN}", peer_if=PEER_IF, add_ns=self._add_ns)
             else:
                 _run(["ip", "-n", ns, "link", "add", PEER_IF, "type", "veth",
                       "peer", "name", port, "netns", self.hub])
