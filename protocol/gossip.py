@@ -25,11 +25,10 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import trio
-from libp2p.abc import INetStream, ISubscriptionAPI
+from libp2p.abc import ISubscriptionAPI
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, PROTOCOL_ID_V12
 from libp2p.pubsub.pb import rpc_pb2
@@ -38,6 +37,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from .errors import AnnouncementTooLargeError, GossipError
 from .gossip_mute import MuteConfig, RefusalLedger
+from .gossip_pubsub import Prefilter, RunPubsub
 from .gossip_router import MemberIds, RunRouter
 from .host import P2PHost
 from .wire import reset_quietly
@@ -55,8 +55,6 @@ _QUEUE_HIGH_WATER = 16
 _QUEUE_POLL = 0.002
 
 Validator = Callable[[ID, bytes], bool]
-Prefilter = Callable[[ID, bytes], bool]
-_FORWARDER: ContextVar[ID | None] = ContextVar("distro_gossip_forwarder", default=None)
 
 
 @dataclass(frozen=True)
@@ -117,37 +115,6 @@ class GossipConfig:
             raise ValueError("GossipConfig.link_check_interval must be a positive number of seconds")
         if self.heartbeat_interval < 1 or self.receive_buffer < 1:
             raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
-
-
-class _RunPubsub(Pubsub):
-    """Pubsub with a filter on each received message before anything else is done with it.
-
-    py-libp2p starts a task per received message and checks its signature before any validator runs, so a
-    member flooding us with validly signed messages cost us a task and a signature check for each, however
-    early our per-signer rate limit refused them: two such members among 7 daemons on 2 shared cores kept
-    the swarm at step 0. The filter runs where py-libp2p asks whether we want the message at all (its topic
-    check, inside the reading loop of the sender's stream, whose peer the handler below notes in a context
-    variable). The origin a message names is not yet proven there, so a budget per origin alone would let a
-    forger spend an honest peer's; the prefilter's budget is per (forwarder, claimed origin): a flood sent
-    or forwarded by one peer is cut at that peer, and the origin's own messages on other paths are not.
-    """
-
-    prefilter: Prefilter | None = None
-
-    async def stream_handler(self, stream: INetStream) -> None:
-        token = _FORWARDER.set(stream.muxed_conn.peer_id)
-        try:
-            await super().stream_handler(stream)
-        finally:
-            _FORWARDER.reset(token)
-
-    def _is_subscribed_to_msg(self, msg: rpc_pb2.Message) -> bool:
-        if not super()._is_subscribed_to_msg(msg):
-            return False
-        keep, forwarder = self.prefilter, _FORWARDER.get()
-        if keep is None or forwarder is None or forwarder == self.my_id:
-            return True
-        return keep(forwarder, bytes(msg.from_id))
 
 
 def announce_topic(run_id: bytes, name: str = "announce") -> str:
@@ -358,7 +325,7 @@ async def open_gossip(
     ``validator(sender, data) -> bool`` runs for every message (ours included) before delivery and
     forwarding; a False or an exception rejects the message. Keep it cheap and synchronous: libp2p calls it
     inline on the receive path. ``prefilter(forwarder, origin id bytes) -> bool`` runs on every message a
-    peer sends us before anything else, the signature check included (see :class:`_RunPubsub`).
+    peer sends us before anything else, the signature check included (see protocol/gossip_pubsub.py).
     """
     cfg = config or GossipConfig()
     router = RunRouter(
@@ -369,7 +336,7 @@ async def open_gossip(
         heartbeat_interval=cfg.heartbeat_interval,
         max_messages_per_topic_per_second=cfg.max_messages_per_topic_per_second,
     )
-    pubsub = _RunPubsub(host.libp2p, router, strict_signing=True,
+    pubsub = RunPubsub(host.libp2p, router, strict_signing=True,
                         max_inbound_rpc_size=cfg.max_inbound_rpc_bytes)
     pubsub.prefilter = prefilter
     # A message's id is its sender plus a sequence number, and py-libp2p starts the sequence at the current

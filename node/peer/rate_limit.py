@@ -56,8 +56,8 @@ class PeerRateLimit:
 
 def forwarder_prefilter(rate: float, burst: float, clock: Callable[[], float],
                         on_refused: Callable[[str], None] | None = None) -> Callable[[ID, bytes], bool]:
-    """The gossip prefilter (protocol/gossip.py ``_RunPubsub``): a budget per (forwarder, claimed origin),
-    spent before the signature check; refusals count as ``rate``."""
+    """The gossip prefilter (protocol/gossip_pubsub.py ``RunPubsub``): a budget per (forwarder, claimed
+    origin), spent before the signature check; refusals count as ``rate``."""
     buckets = PeerRateLimit(rate, burst, clock)
 
     def keep(forwarder: ID, origin: bytes) -> bool:
