@@ -72,6 +72,14 @@ def select_precision(configured: str, device: str) -> str:
     return configured
 
 
+def synchronize(device: str) -> None:
+    """Wait for ``device``'s queued kernels: a timer read before this measures the launch, not the work."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
 def autocast(device: str, precision: str) -> Callable[[], AbstractContextManager[object]]:
     """A factory of the forward pass's autocast context: bf16 autocast, or nothing at fp32. Parameters and
     gradients stay fp32 either way; only the forward's matmuls run in bf16."""

@@ -20,11 +20,18 @@ from typing import Any
 from distro_node.node.cli.common import UsageError, config_path, positive
 from distro_node.node.config.load import ConfigFieldError, ConfigLoadError, NodeConfig, load_config
 from distro_node.node.config.schema import DEVICES
+from distro_node.node.device import select_precision
 from distro_node.node.doctor.bandwidth import MAX_BYTES, BandwidthError, LoopbackRate, check_bandwidth
 from distro_node.node.doctor.compute import MEASURE_MAX_BYTES, check_compute, compute_time
 from distro_node.node.doctor.device import available_memory, check_device, device_info
+from distro_node.node.doctor.host import host_time
 from distro_node.node.doctor.listen import check_listen
-from distro_node.node.doctor.memory import check_memory, estimate
+from distro_node.node.doctor.memory import (
+    check_accelerator_memory,
+    check_memory,
+    estimate,
+    split_for_accelerator,
+)
 from distro_node.node.doctor.payload import budget, check_payload, check_step_time
 from distro_node.node.doctor.report import FAIL, PASS, Check, render_text, report_dict
 from distro_node.node.hf.convert import read_model_config
@@ -181,17 +188,27 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
         available, source = int(args.memory_gb * 1e9), "--memory-gb"
     else:
         available, source = available_memory(device)
-    checks.append(check_memory(model_name, fp32, bf16, available, source, **sizes))
+    precision = select_precision(config.precision, device)
+    footprint = fp32.weights + fp32.gradients + fp32.activations
+    if device == "cpu":
+        checks.append(check_memory(model_name, fp32, bf16, available, source, **sizes))
+    else:  # the working copy trains on the device, the CPU master copy and the optimizer stay on the host
+        on_device, on_host = split_for_accelerator(fp32, model, precision=precision, **sizes)
+        checks.append(check_accelerator_memory(model_name, on_device, on_host, (available, source),
+                                               available_memory("cpu"), device=device, **sizes))
+        footprint = on_device.total
 
     # A real step is timed only when it would use a small share of the memory there is.
-    footprint = fp32.weights + fp32.gradients + fp32.activations
     room = MEASURE_MAX_BYTES if available is None else min(MEASURE_MAX_BYTES, available // 4)
     ct = compute_time(
         model, device=device, given=args.compute_seconds, grad_accum=run_cfg.grad_accum,
-        may_measure=footprint <= room, **sizes,
+        may_measure=footprint <= room, precision=precision, **sizes,
     )
-    checks.append(check_compute(ct, device, grad_accum=run_cfg.grad_accum, **sizes))
-    checks.append(check_payload(b, ct.seconds, config.run.rounds.round_timeout_seconds))
+    host = host_time(param_count(model), run_cfg.strategy, settings, peers=args.peers, device=device,
+                     given=args.compute_seconds is not None)
+    checks.append(check_compute(ct, host, device, grad_accum=run_cfg.grad_accum, **sizes))
+    compute_s = ct.seconds + host.seconds
+    checks.append(check_payload(b, compute_s, config.run.rounds.round_timeout_seconds))
 
     rate: LoopbackRate | BandwidthError | None = None
     if args.measure_bandwidth:
@@ -204,9 +221,9 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
         except BandwidthError as exc:
             rate = exc
     measured = rate.bits_per_second if isinstance(rate, LoopbackRate) else None
-    needed = b.upload_bytes * 8 / b.every_steps / ct.seconds
+    needed = b.upload_bytes * 8 / b.every_steps / compute_s
     checks.append(check_bandwidth(rate, needed))
-    checks.append(check_step_time(b, ct.seconds, settings, measured))
+    checks.append(check_step_time(b, compute_s, settings, measured))
     checks.append(check_listen(config.network.listen, config.network.announce_addrs))
 
     context = {
