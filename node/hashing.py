@@ -19,7 +19,7 @@ def tensors_hash(named: Iterable[tuple[str, torch.Tensor]]) -> str:
         h.update(name.encode())
         h.update(str(t.dtype).encode())
         h.update(repr(tuple(t.shape)).encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data)  # the tensor's own buffer, not a copy
     return h.hexdigest()
 
 
