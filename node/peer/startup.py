@@ -179,14 +179,17 @@ def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunM
                   "KEY: `distro-node ticket id --key-file KEY`, then on the founder's machine `distro-node "
                   f"ticket issue PEER_ID --key-file FOUNDER_KEY --run-id {run_id.hex()}`")
     extra = flags + notes
+    local = opts.local
     out.emit(
         "listening",
         f"peer {self_id}\n  run {run_id.hex()} ({m.model_name}, {m.strategy}, batch "
-        f"{m.batch_size}x{m.seq_len})\n  listening on {', '.join(addrs)}\n"
+        f"{m.batch_size}x{m.seq_len})\n  computing on {local.device} ({local.precision}"
+        f"{f', {local.grad_accum} micro-batches' if local.grad_accum > 1 else ''})\n"
+        f"  listening on {', '.join(addrs)}\n"
         f"  others join with:\n    {command}{extra}"
         + (f"\n  metrics at {metrics_url}" if metrics_url else ""),
         peer_id=self_id, addrs=addrs, run_id=run_id.hex(), join_command=command,
-        founder=founder, metrics_url=metrics_url,
+        founder=founder, metrics_url=metrics_url, device=local.device, precision=local.precision,
     )
 
 
