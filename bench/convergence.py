@@ -10,6 +10,7 @@ against a dense bf16 gradient. Writes bench/results/convergence.json and converg
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import sys
 import time
@@ -54,12 +55,15 @@ def _config(label: str, lr: float, seed: int, args: argparse.Namespace) -> Exper
         seed=seed,
         eval_batches=args.eval_batches,
         eval_every=max(args.steps // 10, 1),
+        device=args.device,
+        precision=args.precision,
+        exclusion=not args.no_scoring,
     )
 
 
 def _run(job: tuple[str, float, int, argparse.Namespace]) -> dict[str, Any]:
     label, lr, seed, args = job
-    torch.set_num_threads(1)  # one run per core: small models gain nothing from intra-op threads
+    torch.set_num_threads(args.threads)  # default one run per core: small models gain little from threads
     result = run_experiment(_config(label, lr, seed, args)).to_dict()
     result.update(label=label, lr=lr, seed=seed)
     print(
@@ -68,6 +72,22 @@ def _run(job: tuple[str, float, int, argparse.Namespace]) -> dict[str, Any]:
         flush=True,
     )
     return result
+
+
+def _grids(specs: list[str], labels: list[str]) -> dict[str, tuple[float, ...]]:
+    """``LABEL=LR,LR`` options as a grid per label."""
+    out: dict[str, tuple[float, ...]] = {}
+    for spec in specs:
+        label, _, rates = spec.partition("=")
+        if label not in labels:
+            raise ValueError(f"{label!r} is not among the strategies run ({', '.join(labels)})")
+        try:
+            out[label] = tuple(float(r) for r in rates.split(","))
+        except ValueError:
+            raise ValueError(f"{spec!r}: rates must be numbers, e.g. adamw=1e-3,3e-3") from None
+        if not out[label] or any(not r > 0 for r in out[label]):
+            raise ValueError(f"{spec!r}: rates must be positive")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,25 +103,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=2, help="seeds for the chosen rate (default 2)")
     parser.add_argument("--workers", type=int, default=2, help="parallel runs (default 2: one per core)")
     parser.add_argument("--only", default=None, help="comma-separated subset of " + ",".join(STRATEGIES))
+    parser.add_argument("--device", default="cpu", help="where the simulated peers train: cpu | cuda | mps")
+    parser.add_argument("--precision", default="auto", help="auto (bf16 autocast on cuda) | fp32 | bf16")
+    parser.add_argument("--no-scoring", action="store_true",
+                        help="skip per-peer scoring (all peers are honest here; it costs a dense baseline "
+                             "a leave-one-out pass over every payload each step)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
+    parser.add_argument("--grid", action="append", default=[], metavar="LABEL=LR,LR",
+                        help="learning rates to sweep for LABEL instead of its built-in grid; repeatable")
+    parser.add_argument("--together", action="store_true",
+                        help="run every seed of every rate at once (the best rate is still chosen on seed "
+                             "0): one round of runs instead of two, for a device with room for all of them")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "convergence.json", help="JSON path")
     args = parser.parse_args(argv)
     labels = args.only.split(",") if args.only else list(STRATEGIES)
     unknown = [x for x in labels if x not in STRATEGIES]
     if unknown:
         parser.error(f"--only: unknown strategies {unknown}; choose from {list(STRATEGIES)}")
+    try:
+        grids = {label: STRATEGIES[label][2] for label in labels} | _grids(args.grid, labels)
+    except ValueError as exc:
+        parser.error(f"--grid: {exc}")
 
     start = time.perf_counter()
-    sweep_jobs = [(label, lr, 0, args) for label in labels for lr in STRATEGIES[label][2]]
+    sweep_jobs = [(label, lr, 0, args) for label in labels for lr in grids[label]]
     print(f"sweep: {len(sweep_jobs)} runs, {args.peers} peers, {args.steps} steps", flush=True)
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+    # A CUDA context does not survive fork: children on a GPU start fresh interpreters.
+    context = multiprocessing.get_context("spawn" if args.device == "cuda" else None)
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=context) as pool:
+        seeds = range(1, args.seeds)
+        ahead = [(label, lr, s, args) for label in labels for lr in grids[label] for s in seeds]
+        pending = [pool.submit(_run, job) for job in ahead] if args.together else []
         sweep = list(pool.map(_run, sweep_jobs))
         best = {
             label: min((r for r in sweep if r["label"] == label), key=lambda r: r["final_eval_loss"])
             for label in labels
         }
         print("seeds: " + ", ".join(f"{k} lr {v['lr']:g}" for k, v in best.items()), flush=True)
-        seed_jobs = [(label, best[label]["lr"], s, args) for label in labels for s in range(1, args.seeds)]
-        extra = list(pool.map(_run, seed_jobs))
+        if args.together:
+            others = [f.result() for f in pending]
+            extra = [r for r in others if r["lr"] == best[r["label"]]["lr"]]
+        else:
+            seed_jobs = [(label, best[label]["lr"], s, args) for label in labels for s in seeds]
+            others, extra = [], list(pool.map(_run, seed_jobs))
 
     summary: dict[str, Any] = {}
     for label in labels:
@@ -134,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     png = plot_losses(
         curves,
         args.out.with_suffix(".png"),
-        title=f"{args.peers} peers, preset {args.preset}, held-out loss (seed 0)",
+        title=f"{args.peers} peers, preset {args.preset} on {args.device}, held-out loss (seed 0)",
         floor=floor,
     )
-    for r in sweep + extra:
+    for r in sweep + others + extra:
         r["history"] = [h for h in r["history"] if "eval_loss" in h]  # keep the JSON readable
     doc = {
         "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(args.out)},
@@ -145,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "sweep": sweep,
         "extra_seeds": extra,
+        "other_seed_runs": [r for r in others if r not in extra],
         "plot": str(png),
         "seconds": time.perf_counter() - start,
     }

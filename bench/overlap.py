@@ -44,7 +44,8 @@ def run_swarm(
     """One swarm of ``args.peers`` processes for ``args.steps`` steps; returns every peer's step events."""
     run = ["--preset", args.preset, "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
            "--round-timeout", "10", "--no-metrics", *(["--overlap"] if overlap else [])]
-    local = ["--steps", str(args.steps), "--comm-delay", str(delay), "--log-format", "json"]
+    local = ["--steps", str(args.steps), "--comm-delay", str(delay), "--log-format", "json",
+             "--device", args.device]
     deadline = time.monotonic() + args.wall
     peers: list[PeerProc] = []
 
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--comm-delay", type=float, default=None,
                     help="fixed delay in seconds (default: calibrated so communication ~ compute)")
+    ap.add_argument("--device", default="auto", help="every peer's --device (default auto: cuda if present)")
     ap.add_argument("--wall", type=float, default=240.0, help="wall-clock bound per run in seconds")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "overlap.json")
     args = ap.parse_args(argv)
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "overlap",
         "what": "median step time of real join peers on loopback, sequential vs overlapped, with each peer's "
                 "own announcement delayed by comm_delay_s (benchmark knob) so communication ~ compute",
-        "peers": args.peers, "steps": args.steps, "warmup_steps": args.warmup, "preset": args.preset,
+        "peers": args.peers, "steps": args.steps, "device": args.device, "warmup_steps": args.warmup,
+        "preset": args.preset,
         "batch_size": args.batch_size, "seq_len": args.seq_len,
         "comm_delay_s": delay,
         "calibration_no_delay": calib,

@@ -27,6 +27,9 @@ class SparseTensor:
     values: torch.Tensor
     indices: torch.Tensor | None = None
 
+    def to(self, device: torch.device) -> SparseTensor:
+        return SparseTensor(self.values.to(device), None if self.indices is None else self.indices.to(device))
+
 
 @dataclass(frozen=True)
 class Payload:
@@ -39,6 +42,13 @@ class Payload:
 
     tensors: Mapping[str, SparseTensor]
     validated_for: bytes | None = field(default=None, compare=False)
+
+    def to(self, device: torch.device) -> Payload:
+        """The same payload with its tensors on ``device`` (still validated: the values are the same). Moving
+        it once before several replicas on an accelerator apply it saves each of them a copy per tensor."""
+        if all(t.values.device == device for t in self.tensors.values()):
+            return self
+        return Payload({name: t.to(device) for name, t in self.tensors.items()}, self.validated_for)
 
 
 @dataclass(frozen=True)

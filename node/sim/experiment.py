@@ -17,6 +17,14 @@ import torch
 from distro_node.node.data.embedded import markov_source
 from distro_node.node.data.sampling import eval_batches, sample_batch
 from distro_node.node.data.source import TokenSource
+from distro_node.node.device import (
+    AUTO_ORDER,
+    PRECISIONS,
+    DeviceUnavailableError,
+    autocast,
+    select_device,
+    select_precision,
+)
 from distro_node.node.faults import FaultSpec
 from distro_node.node.model import Llama, ModelConfig, next_token_loss, param_count
 from distro_node.node.presets import preset, with_vocab
@@ -52,6 +60,11 @@ class ExperimentConfig:
     # Score peers and leave banned ones out of the included set (the round leader's job in a real swarm).
     exclusion: bool = True
     score_policy: ScorePolicy = field(default_factory=ScorePolicy)
+    # Where every simulated peer's model and strategy live (cpu | cuda | mps) and the forward's precision
+    # (auto: bf16 autocast on cuda, fp32 elsewhere, as for a daemon). One process holds every replica on one
+    # device, so they stay bit-identical there; like a daemon's, these are local and not part of the run id.
+    device: str = "cpu"
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("peers", "steps", "batch_size", "eval_batches"):
@@ -71,13 +84,19 @@ class ExperimentConfig:
                 raise ExperimentConfigError("faults", f"peer {index}: expected a FaultSpec, got {fault!r}")
         if not isinstance(self.exclusion, bool):
             raise ExperimentConfigError("exclusion", f"must be a bool, got {self.exclusion!r}")
+        if self.device not in AUTO_ORDER:
+            raise ExperimentConfigError(
+                "device", f"must be one of {', '.join(AUTO_ORDER)}, got {self.device!r}")
+        if self.precision not in PRECISIONS:
+            raise ExperimentConfigError(
+                "precision", f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
     def run_id(self) -> bytes:
         """Hash of the run's settings. Faults and the exclusion policy are left out so an attacked run and its
         honest twin draw the same batches for the same peer ids (a paired comparison)."""
         doc = asdict(self)
         doc["settings"] = dict(self.settings)
-        for name in ("faults", "exclusion", "score_policy"):
+        for name in ("faults", "exclusion", "score_policy", "device", "precision"):
             doc.pop(name)
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
 
@@ -145,6 +164,11 @@ def build_swarm(
     source.check_vocab(model_cfg.vocab_size)
     seq_len = cfg.seq_len or model_cfg.seq_len
     run_id = cfg.run_id()
+    try:
+        device = torch.device(select_device(cfg.device))
+        amp = autocast(device.type, select_precision(cfg.precision, device.type))
+    except DeviceUnavailableError as exc:
+        raise ExperimentConfigError(exc.field, exc.detail) from None
 
     def batch_fn(step: int, peer_id: str) -> tuple[torch.Tensor, torch.Tensor]:
         return sample_batch(
@@ -152,11 +176,12 @@ def build_swarm(
         )
 
     def loss_fn(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return next_token_loss(model(inputs), targets)
+        with amp():
+            return next_token_loss(model(inputs.to(device)), targets.to(device))
 
     swarm = SimulatedSwarm(
         peers=cfg.peers,
-        model_factory=lambda: Llama(model_cfg, seed=cfg.seed),
+        model_factory=lambda: Llama(model_cfg, seed=cfg.seed).to(device),
         strategy_factory=lambda model: build_strategy(cfg.strategy, model, dict(cfg.settings)),
         batch_fn=batch_fn,
         loss_fn=loss_fn,

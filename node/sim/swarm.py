@@ -242,6 +242,9 @@ class SimulatedSwarm:
         return scores, sorted(banned)
 
     def _apply_all(self, step: int, payloads: Mapping[str, Payload]) -> None:
+        # Decoded payloads are CPU tensors; on an accelerator every replica would copy each of them again.
+        device = next(self.peers[0].model.parameters()).device
+        payloads = {peer_id: p.to(device) for peer_id, p in payloads.items()}
         for peer in self.peers:
             if peer.peer_id not in payloads:  # left out: it keeps what it sent (optimizer/base.py)
                 peer.strategy.withheld(step)
