@@ -177,7 +177,9 @@ async def _chain_anchor(ctx: SyncContext, chain: ChainSource, donors: list[ID],
     async def ask(donor: ID) -> None:
         try:
             links = await fetch_chain(ctx.host, donor, ctx.run_id, timeout=CHAIN_TIMEOUT)
-            found.append((verify_chain(chain.root, links, ctx.run_id, chain.max_skip), links))
+            # Up to thousands of signature checks for a long chain of large rosters: off the event loop.
+            tail = await trio.to_thread.run_sync(verify_chain, chain.root, links, ctx.run_id, chain.max_skip)
+            found.append((tail, links))
         except (TransportError, ChainError) as exc:
             errors.append(f"{str(donor)[-8:]}: no chain: {exc}")
 
