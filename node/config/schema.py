@@ -100,6 +100,16 @@ class NetworkConfig(Section):
         default=4,
         metadata=doc("resync when most of the roster reports a step at least this far ahead of ours"),
     )
+    attest_every_steps: int = field(
+        default=100,
+        metadata=doc("permissioned runs: sign the round state at every this many steps (and whenever the "
+                     "active peers change), so joiners can check the roster from the founder on"),
+    )
+    max_link_steps: int = field(
+        default=10_000,
+        metadata=doc("permissioned runs: a roster vouches for states at most this many steps after its own "
+                     "(several times attest_every_steps)"),
+    )
 
     def check(self) -> None:
         if not self.listen:
@@ -114,6 +124,11 @@ class NetworkConfig(Section):
         self._range("max_peers", 1, 4096)
         self._range("max_peers_per_address", 0, 4096)
         self._range("behind_steps", 1, 1_000_000)
+        self._range("attest_every_steps", 1, 1_000_000)
+        self._range("max_link_steps", 1, 1_000_000_000)
+        if self.max_link_steps < 2 * self.attest_every_steps:
+            raise self._fail("max_link_steps", "must be at least twice attest_every_steps, or an honest "
+                                               "chain could have no link within reach")
 
 
 @dataclass(frozen=True)

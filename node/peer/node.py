@@ -70,6 +70,7 @@ from .telemetry import Telemetry
 from .tickets import admission_for
 from .trainer import LocalSetupError, Trainer
 from .training import StepRunner, TrainingLoop
+from .trust_chain import open_chain
 
 __all__ = ["PeerError", "PeerNode", "PeerOptions"]
 
@@ -240,14 +241,17 @@ class PeerNode:
                                     lambda: gossip.mutes)
             intake = GossipIntake(decoder=decoder, driver=driver, announcements=announcements,
                                   changes=changes, out=out)
+            gate = StateRequestGate(self.bans, trio.current_time)
+            chain = open_chain(host, run.run_id, run.manifest.founder, opts.network,
+                               signer_for(host.key_pair.private_key), gate)
             sync = SyncContext(host=host, run_id=run.run_id, max_state_bytes=opts.max_state_bytes,
                                bootstrap=source.bootstrap_peer, trainer=run.trainer,
-                               round_view=lambda: driver.machine, untrusted=_untrusted_donors(out))
+                               round_view=lambda: driver.machine, untrusted=_untrusted_donors(out),
+                               chain=chain)
             resyncer = Resyncer(sync=sync, driver=driver, intake=intake, out=out)
             cohort = GenesisCohort(run.self_id, opts.genesis_peers, changes) if self.founder else None
             snapshots = SnapshotDesk(cohort=cohort, driver=driver, resync=resyncer, trainer=run.trainer,
                                      compute_limit=self._compute_limit, changes=changes)
-            gate = StateRequestGate(self.bans, trio.current_time)
             StateServer(host, run.run_id, snapshots.provide, admit=gate).install()
             emit_listening(out, host, opts, run.manifest, self_id=run.self_id, founder=self.founder,
                            metrics_url=run.telemetry.url if run.telemetry is not None else None)
@@ -258,6 +262,8 @@ class PeerNode:
             nursery.start_soon(intake.run, gossip)
             nursery.start_soon(intake.watch_lost_peers, host.lost_peers())
             nursery.start_soon(outbox.run, gossip)
+            if chain is not None:
+                nursery.start_soon(chain.collect, host, host.member_peers)
             nursery.start_soon(partial(send_heartbeats, driver=driver, outbox=outbox, trainer=run.trainer,
                                        run_id=run.run_id, self_id=run.self_id,
                                        interval=run.round_config.heartbeat_interval))
@@ -290,7 +296,7 @@ class PeerNode:
                 runner=self._step_runner(run, machine, driver, outbox, decoded, announcements, lookahead,
                                          checkpointer, stop, nursery),
                 resyncer=resyncer, lookahead=lookahead, snapshots=snapshots, checkpointer=checkpointer,
-                stop=stop, steps=opts.steps, start_step=state.next_step)
+                stop=stop, steps=opts.steps, start_step=state.next_step, chain=chain)
             try:
                 await loop.run()
             except DataWaitError as exc:

@@ -5,6 +5,10 @@ rate: a snapshot description (``meta``) may mean cutting a new snapshot, which s
 whole state, so each peer gets a few at once and then one per ``META_INTERVAL_S``: an honest joiner or
 resyncing peer asks each donor once per attempt, and attempts are seconds apart. Chunk requests only read
 a held snapshot and are limited loosely, as a guard against a request flood, not a bandwidth cap.
+
+The same gate judges ``/distro/chain/1.0.0`` (protocol/chain_rpc.py): a whole chain (up to a few MB) is asked
+once per sync attempt, so it is limited like a description; one attestation (``sig``) is small and asked by
+each peer of the roster after each boundary it attests, so a few a second.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ META_INTERVAL_S = 5.0
 META_BURST = 4
 CHUNKS_PER_S = 200.0
 CHUNK_BURST = 400
+SIGS_PER_S = 2.0
+SIG_BURST = 16
 
 
 class StateRequestGate:
@@ -27,6 +33,8 @@ class StateRequestGate:
         self._bans = bans
         self._meta = PeerRateLimit(1.0 / META_INTERVAL_S, META_BURST, clock)
         self._chunks = PeerRateLimit(CHUNKS_PER_S, CHUNK_BURST, clock)
+        self._chain = PeerRateLimit(1.0 / META_INTERVAL_S, META_BURST, clock)
+        self._sigs = PeerRateLimit(SIGS_PER_S, SIG_BURST, clock)
         self.refused = 0
 
     def __call__(self, remote: ID, op: str) -> bool:
@@ -35,6 +43,10 @@ class StateRequestGate:
             allowed = False
         elif op == "meta":
             allowed = self._meta.allow(peer)
+        elif op == "chain":
+            allowed = self._chain.allow(peer)
+        elif op == "sig":
+            allowed = self._sigs.allow(peer)
         else:
             allowed = self._chunks.allow(peer)
         self.refused += not allowed

@@ -5,8 +5,11 @@
 2. Genesis: if the bootstrap founder answers with step 0 and its weights hash equals the hash of the weights
    we built from the manifest's seed, nothing needs to move: we are part of the genesis cohort.
 3. Otherwise take the description that f + 1 active peers of the trusted roster gave byte for byte alike
-   (node/peer/state_trust.py says why that is enough and whose roster is trusted). We stop asking as soon as
-   one is attested, so a donor that holds its answer costs nothing once enough others have answered.
+   (node/peer/state_trust.py says why that is enough and whose roster is trusted). In a permissioned run a
+   newcomer first asks the same donors for their chains of attestations and trusts the roster of the one
+   that verifies from the founder to the latest step (protocol/attestation.py); a genesis answer is taken
+   only from the founder itself. We stop asking as soon as one is attested, so a donor that holds its
+   answer costs nothing once enough others have answered.
 4. Pull the weights in chunks from every donor of that description (each chunk checked against the attested
    chunk hashes; a donor that serves a wrong one is not asked again), the optimizer state from a trusted
    donor, load, and check the resulting hash once more before adopting the round state.
@@ -16,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import trio
+from distro_node.protocol.attestation import ChainError, Link, TrustedRoster, verify_chain
+from distro_node.protocol.chain_rpc import fetch_chain
 from distro_node.protocol.errors import TransportError
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.membership import Roster, SyncState
@@ -35,6 +40,7 @@ logger = logging.getLogger(__name__)
 MAX_DONORS = 4
 GENESIS_META_TIMEOUT = 300.0  # a founder holds genesis answers until its cohort is complete
 META_TIMEOUT = 40.0
+CHAIN_TIMEOUT = 20.0
 PART_TIMEOUT = 60.0
 ATTEMPTS = 6
 
@@ -73,6 +79,19 @@ class RoundView(Protocol):
     def config(self) -> BehindLimit: ...
 
 
+class ChainSource(Protocol):
+    """Our chain keeper (node/peer/trust_chain.py): the root a donor's chain must start from, its horizon,
+    and keeping a verified chain that reaches further than ours."""
+
+    @property
+    def root(self) -> TrustedRoster: ...
+
+    @property
+    def max_skip(self) -> int: ...
+
+    def adopt(self, links: Sequence[Link]) -> bool: ...
+
+
 @dataclass(frozen=True)
 class SyncContext:
     """Everything a state sync uses of the running peer. The host is the concrete one: the snapshot client
@@ -85,6 +104,7 @@ class SyncContext:
     trainer: StateLoader
     round_view: Callable[[], RoundView | None]  # None before the round machine runs
     untrusted: UntrustedDonors = field(default_factory=UntrustedDonors)
+    chain: ChainSource | None = None  # a permissioned run's: a newcomer trusts the roster its chain certifies
 
 
 class JoinError(RuntimeError):
@@ -146,6 +166,34 @@ def _own_anchor(ctx: SyncContext) -> TrustAnchor | None:
     return None if m is None else TrustAnchor(m.roster, "our own roster")
 
 
+async def _chain_anchor(ctx: SyncContext, chain: ChainSource, donors: list[ID],
+                        errors: list[str]) -> TrustAnchor:
+    """The roster of the donors' chain that verifies from the root and reaches the latest step (the root
+    itself when none does: then only the founder's own description counts). Kept by our keeper too, so we
+    serve it on. A liar can withhold or truncate its chain, not forge a link: the verified chain that reaches
+    the latest step wins."""
+    found: list[tuple[TrustedRoster, tuple[Link, ...]]] = []
+
+    async def ask(donor: ID) -> None:
+        try:
+            links = await fetch_chain(ctx.host, donor, ctx.run_id, timeout=CHAIN_TIMEOUT)
+            # Up to thousands of signature checks for a long chain of large rosters: off the event loop.
+            tail = await trio.to_thread.run_sync(verify_chain, chain.root, links, ctx.run_id, chain.max_skip)
+            found.append((tail, links))
+        except (TransportError, ChainError) as exc:
+            errors.append(f"{str(donor)[-8:]}: no chain: {exc}")
+
+    async with trio.open_nursery() as nursery:
+        for donor in donors:
+            nursery.start_soon(ask, donor)
+    best, links = max(found, key=lambda tl: -1 if tl[0].step is None else tl[0].step,
+                      default=(chain.root, ()))
+    chain.adopt(links)
+    if best.step is None:
+        return TrustAnchor(best.roster, best.source)
+    return TrustAnchor(best.roster, best.source, best.step, best.step + chain.max_skip)
+
+
 def _bootstrap_anchor(ctx: SyncContext, metas: Answers) -> TrustAnchor | None:
     for donor, meta in metas:
         if donor == ctx.bootstrap:
@@ -180,7 +228,7 @@ async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState
     """Attested state (weights already loaded into ``ctx.trainer``); returns (state, how)."""
     bootstrap = ctx.bootstrap
     problems: list[str] = []
-    anchor = _own_anchor(ctx)
+    anchor = _own_anchor(ctx)  # a resyncing peer's; a newcomer's comes from its chain or its bootstrap
     for _attempt in range(ATTEMPTS):
         donors = _donor_candidates(ctx, bootstrap, anchor)
         if not donors:
@@ -188,6 +236,9 @@ async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState
             await trio.sleep(1.0)
             continue
         errors: list[str] = []
+        if ctx.chain is not None:  # a resyncing peer keeps its own anchor but refreshes its chain
+            chained = await _chain_anchor(ctx, ctx.chain, donors, errors)
+            anchor = anchor if ctx.round_view() is not None else chained
         enough = _attested_by(ctx, anchor)
         metas = await _describe(ctx, donors, bootstrap if genesis else None, errors, enough)
         if not metas:
@@ -196,7 +247,8 @@ async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState
             continue
         for donor, meta in metas:
             local_init = meta.weights_hash == ctx.trainer.weights_hash
-            if donor == bootstrap and genesis and meta.step == 0 and local_init:
+            founder = ctx.chain is None or ctx.chain.root.roster.is_eligible(str(donor))
+            if donor == bootstrap and genesis and meta.step == 0 and local_init and founder:
                 return meta.state, "genesis"
         anchor = anchor if anchor is not None else _bootstrap_anchor(ctx, metas)
         if anchor is None:

@@ -11,9 +11,14 @@ as every other honest peer's at that step.
 Whose roster is trusted:
 
 * a resyncing peer: its own round machine's roster (it was decided by its own rounds);
-* a joiner: the roster its bootstrap peer describes, the peer the user named beside the run id. A lying
-  bootstrap can still mislead a joiner (nothing else vouches for the peer the user chose); a lying *other*
-  donor, or any number of made-up identities, cannot, because they are not in that roster.
+* a joiner of a permissioned run: the roster its donors' chains of attestations certify, checked link by
+  link from the founder the manifest names (protocol/attestation.py, node/peer/trust_chain.py), so neither
+  its bootstrap peer nor any other single donor chooses it. Such a roster vouches only for descriptions from
+  its own step up to ``max_skip`` steps later (the chain's horizon);
+* a joiner of an open run: the roster its bootstrap peer describes, the peer the user named beside the run
+  id. An open run's manifest names no identity, so nothing else vouches for the peer the user chose: a lying
+  bootstrap can still mislead such a joiner; a lying *other* donor, or any number of made-up identities,
+  cannot, because they are not in that roster.
 
 What is compared is :class:`SnapshotKey`: the step, the weights hash, a digest of the round state and the
 weights part's description (size, chunk size, every chunk hash). So the bytes are attested too: a chunk that
@@ -23,20 +28,13 @@ then stops trusting that donor), and the chunks can come from any donor in the g
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-import msgpack
-from distro_node.protocol.membership import Roster, SyncState
+from distro_node.protocol.attestation import state_digest
+from distro_node.protocol.membership import Roster
 from distro_node.protocol.sync import PartInfo, SnapshotMeta
 from libp2p.peer.id import ID
-
-
-def state_digest(state: SyncState) -> bytes:
-    """A digest of the round state a snapshot carries (next step and the whole roster with its counters)."""
-    doc = msgpack.packb(state.to_dict(), use_bin_type=True)
-    return hashlib.sha256(b"distro-node/sync-state/v1\0" + doc).digest()
 
 
 @dataclass(frozen=True)
@@ -56,10 +54,16 @@ class SnapshotKey:
 
 @dataclass(frozen=True)
 class TrustAnchor:
-    """The roster whose peers' word counts, and where it came from (said in errors and logs)."""
+    """The roster whose peers' word counts, where it came from (said in errors and logs), and the steps it may
+    vouch for (all, or from a chain link's step to ``last_step``)."""
 
     roster: Roster
     source: str
+    first_step: int = 0
+    last_step: int | None = None
+
+    def covers(self, step: int) -> bool:
+        return self.first_step <= step and (self.last_step is None or step <= self.last_step)
 
     @property
     def needed(self) -> int:
@@ -86,10 +90,10 @@ def choose_snapshot(
     are at least f + 1; otherwise None and why, naming the best group's count."""
     groups: dict[SnapshotKey, list[tuple[ID, SnapshotMeta]]] = {}
     for donor, meta in metas:
-        if "weights" in meta.parts:
+        if "weights" in meta.parts and anchor.covers(meta.step):
             groups.setdefault(SnapshotKey.of(meta), []).append((donor, meta))
     if not groups:
-        return None, "no donor described a snapshot"
+        return None, f"no donor described a snapshot at a step {anchor.source} vouches for"
     scored = [(anchor.attesters(d for d, _ in members), key, members) for key, members in groups.items()]
     attesters, key, members = max(scored, key=lambda s: (len(s[0]), s[1].step))
     if len(attesters) < anchor.needed:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 from distro_node.protocol.consensus import RoundMachine
+from distro_node.protocol.membership import SyncState
 
 from .announcer import Announcer
 from .changes import ChangeSignal
@@ -173,6 +175,12 @@ class StepRunner:
         return not self._checkpointer.is_boundary(step)
 
 
+class BoundaryWitness(Protocol):
+    """Signs the round state at step boundaries (node/peer/trust_chain.py ``ChainKeeper``)."""
+
+    def at_boundary(self, state: SyncState) -> None: ...
+
+
 class TrainingLoop:
     """Steps until the step limit or a stop, with resyncs, snapshot cuts and periodic checkpoints between."""
 
@@ -189,6 +197,7 @@ class TrainingLoop:
         stop: StopRequest,
         steps: int | None,
         start_step: int,
+        chain: BoundaryWitness | None = None,
     ) -> None:
         self._self_id = self_id
         self._machine = machine
@@ -200,6 +209,7 @@ class TrainingLoop:
         self._stop = stop
         self._steps = steps
         self.applied = start_step  # the step our weights are at (next to apply)
+        self._chain = chain  # a permissioned run's chain keeper: attests the round state at boundaries
 
     async def run(self) -> None:
         extra_rounds = 0
@@ -215,6 +225,8 @@ class TrainingLoop:
                 if not self._should_stay_for(s) or extra_rounds >= MAX_EXTRA_ROUNDS:
                     break
                 extra_rounds += 1
+            if self._chain is not None and self._machine.next_apply_step == s:
+                self._chain.at_boundary(self._machine.export_state())
             await self._snapshots.cut(s)
             report = await self._runner.step(s)
             if isinstance(report, Abandoned):

@@ -1,7 +1,8 @@
 """State sync between real hosts on loopback (node/peer/state_sync.py): a joiner adopts only what f + 1 peers
 of the roster it trusts describe alike, whatever a liar and any number of Sybil donors say, and a donor that
 serves bytes contradicting the attested description is never asked again (threats: poisoned state, a
-newcomer handed the attacker's weights)."""
+newcomer handed the attacker's weights). A newcomer whose bootstrap peer is the liar is safe only with a
+chain of attestations from the founder (a permissioned run, node/peer/trust_chain.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ import pytest
 import trio
 from distro_node.node.peer.state_sync import SyncContext, sync_from_swarm
 from distro_node.node.peer.state_trust import UntrustedDonors
+from distro_node.node.peer.trust_chain import ChainKeeper
+from distro_node.protocol.attestation import Link, TrustedRoster, attest
+from distro_node.protocol.chain_rpc import ChainServer
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.membership import Roster, SyncState
 from distro_node.protocol.rpc import RpcStatus
+from distro_node.protocol.signatures import signer_for
 from distro_node.protocol.sync import Snapshot, StateServer
 from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
 from libp2p.peer.id import ID
@@ -105,6 +110,9 @@ def test_a_liar_and_four_sybils_cannot_choose_the_state(joiner: bool) -> None:
             assert ("the bootstrap peer's roster" if joiner else "our own roster") in how
             assert str(liar.peer_id) not in untrusted  # its lie was never attested, so never fetched
             assert set(untrusted) <= {str(wrong.peer_id)}
+            if joiner:  # the same swarm, joined through the liar (sharing its 9 hosts saves ~10 s)
+                await bootstrap_liar_syncs(me, bootstrap, [bootstrap, honest, wrong], liar, sybils, roster,
+                                           lie_roster)
 
     trio.run(body)
 
@@ -134,3 +142,44 @@ def test_wrong_chunk_bytes_name_their_donor_and_the_rest_come_from_others() -> N
             assert untrusted == [str(wrong.peer_id)]
 
     trio.run(body)
+
+
+async def bootstrap_liar_syncs(me: P2PHost, founder: P2PHost, honest: list[P2PHost], liar: P2PHost,
+                               sybils: list[P2PHost], roster: Roster, lie_roster: Roster) -> None:
+    """Now the bootstrap peer itself is the liar, its four Sybils describing its lie alike. In a permissioned
+    run the honest donors' chain, checked from the founder the manifest names, certifies the real roster, so
+    the lie has no attester that counts; the liar's own chain, signed by itself and its Sybils, verifies
+    nothing. Without a chain (an open run, whose manifest names nobody; the old rule) the bootstrap's word is
+    all a newcomer has, and the same swarm hands it the lie: what docs/architecture.md says an open run
+    cannot prevent."""
+    names = {h: str(h.peer_id) for h in (founder, liar, *honest, *sybils)}
+    certified = SyncState(5, roster)
+    honest_chain = (Link(certified, {names[founder]: sign(founder, certified)}),)
+    lie_state = SyncState(5, lie_roster)
+    lie_chain = (Link(lie_state, {names[h]: sign(h, lie_state) for h in (liar, *sybils)}),)
+    for host in honest:
+        serve_chain(host, honest_chain)
+    for host in (liar, *sybils):
+        serve_chain(host, lie_chain)
+    keeper = ChainKeeper(run_id=RUN, self_id=str(me.peer_id), root=TrustedRoster.root(names[founder]),
+                         sign=signer_for(me.key_pair.private_key), attest_every=10, max_skip=100)
+    for chain in (keeper, None):
+        trainer = Trainer()
+        ctx = SyncContext(host=me, run_id=RUN, max_state_bytes=1 << 20, bootstrap=liar.peer_id,
+                          trainer=trainer, round_view=lambda: None, chain=chain)
+        with trio.fail_after(4 * WAIT):
+            state, how = await sync_from_swarm(ctx, genesis=True)
+        if chain is None:
+            assert trainer.loaded == POISON and "the bootstrap peer's roster" in how
+            continue
+        assert trainer.loaded == HONEST_WEIGHTS and state == SyncState(9, roster), how
+        assert "the roster the chain certifies at step 5" in how
+        assert keeper.chain() == honest_chain  # kept, and served on to later newcomers
+
+
+def sign(host: P2PHost, state: SyncState) -> bytes:
+    return attest(signer_for(host.key_pair.private_key), RUN, state)[1]
+
+
+def serve_chain(host: P2PHost, chain: tuple[Link, ...]) -> None:
+    ChainServer(host, RUN, own=lambda step: None, chain=lambda: chain, admit=lambda peer, op: True).install()

@@ -42,3 +42,13 @@ def test_made_up_peers_are_evicted_before_any_confirmed_one() -> None:
     liar = new_id()
     book.add_peer_addrs([tcp(5000 + i, new_id()) for i in range(40)], source=liar)
     assert len(book) == 4 and all(peer in book for peer in confirmed)
+
+
+def test_hearsay_into_a_book_full_of_confirmed_peers_evicts_only_itself() -> None:
+    book = PeerBook(new_id(), max_peers=3)
+    confirmed = [new_id() for _ in range(3)]
+    for i, peer in enumerate(confirmed):
+        book.add(peer, [tcp(4000 + i)])
+    book.add_peer_addrs([tcp(5000 + i, new_id()) for i in range(10)], source=new_id())
+    assert sorted(map(str, book.known())) == sorted(map(str, confirmed))
+    assert [book.addrs(p) for p in confirmed] == [(tcp(4000 + i),) for i in range(3)]
