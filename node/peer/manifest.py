@@ -8,9 +8,10 @@ makes two runs founded with equal settings distinct runs.
 Round timings and the roster rules (warm-up rounds, missed rounds) are in the manifest too: they are
 replicated state (every replica must drop and activate peers at the same step), not a local preference.
 
-Fields added after the first version (``grad_clip``, ``data``, ``init``, ``founder``) are left out of the
-canonical bytes while they hold their default, so an embedded-data run with the default clipping has the same
-bytes, hence the same run id, as before they existed (a founder's checkpoint still resumes its run).
+Fields added after the first version (``grad_clip``, ``data``, ``init``, ``founder``, ``genesis``) are left
+out of the canonical bytes while they hold their default, so an embedded-data run with the default clipping
+has the same bytes, hence the same run id, as before they existed (a founder's checkpoint still resumes its
+run).
 Writing such a field out at its default is not canonical and is refused, so every manifest still has exactly
 one byte form. What stays out of the manifest on purpose: the device, the precision, gradient accumulation
 and the paths of the data file and of an imported checkpoint, which are per-process choices
@@ -133,7 +134,7 @@ class DataSpec:
 # Later fields and the values at which they are left out of the canonical bytes (see the module docstring).
 _DATA_OMITTED_AT_DEFAULT: dict[str, Any] = {"tokenizer_sha256": "", "vocab_size": 0}
 _OMITTED_AT_DEFAULT: dict[str, Any] = {"grad_clip": DEFAULT_GRAD_CLIP, "data": DataSpec(), "init": InitSpec(),
-                                       "founder": ""}
+                                       "founder": "", "genesis": ""}
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,11 @@ class RunManifest:
     # A permissioned run's founder peer id: only it and the holders of a ticket its key signed are admitted
     # (protocol/admission.py). Empty: an open run.
     founder: str = ""
+    # An open run's founder peer id, when it founded with a kept key: the root a newcomer checks the chain of
+    # attested rosters from (node/peer/trust_chain.py), so that no bootstrap peer's word chooses its roster.
+    # It admits nobody (that is ``founder``). Empty: a permissioned run (its root is ``founder``), or an open
+    # run whose founder had a fresh identity per process (newcomers then trust their bootstrap's roster).
+    genesis: str = ""
     version: int = MANIFEST_VERSION
 
     def __post_init__(self) -> None:
@@ -188,11 +194,20 @@ class RunManifest:
             raise ManifestError("nonce", "must be a string of at most 64 characters")
         if not isinstance(self.founder, str) or (self.founder and not is_ed25519_peer_id(self.founder)):
             raise ManifestError("founder", "must be empty (an open run) or an ed25519 peer id")
+        if not isinstance(self.genesis, str) or (self.genesis and not is_ed25519_peer_id(self.genesis)):
+            raise ManifestError("genesis", "must be empty or an ed25519 peer id")
+        if self.genesis and self.founder:
+            raise ManifestError("genesis", "must be empty in a permissioned run: its root is the founder")
         if self.version != MANIFEST_VERSION:
             raise ManifestError("version", f"unsupported manifest version {self.version!r}")
         r = self.rounds
         if r.leader_timeout >= r.round_timeout * 4 or r.liveness_timeout <= 0:
             raise ManifestError("rounds", "timeouts out of range")
+
+    @property
+    def chain_root(self) -> str:
+        """The peer id a newcomer's chain of attested rosters starts from ('' when the run names none)."""
+        return self.founder or self.genesis
 
     def model_config(self) -> ModelConfig:
         """The model's shape: the preset's, or for an imported run ``init.model`` (it has no preset). With
@@ -277,7 +292,7 @@ class RunManifest:
                 raise ManifestError(f"rounds.{name}", "must be an int")
         if not isinstance(doc["settings"], dict):
             raise ManifestError("settings", "must be a mapping")
-        for name in ("preset", "strategy", "nonce", "founder"):
+        for name in ("preset", "strategy", "nonce", "founder", "genesis"):
             if name in doc and not isinstance(doc[name], str):
                 raise ManifestError(name, "must be a string")
         manifest = cls(**{**doc, "rounds": RoundSettings(**rounds), "data": DataSpec(**data_doc),

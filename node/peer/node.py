@@ -242,7 +242,7 @@ class PeerNode:
             intake = GossipIntake(decoder=decoder, driver=driver, announcements=announcements,
                                   changes=changes, out=out)
             gate = StateRequestGate(self.bans, trio.current_time)
-            chain = open_chain(host, run.run_id, run.manifest.founder, opts.network,
+            chain = open_chain(host, run.run_id, run.manifest.chain_root, opts.network,
                                signer_for(host.key_pair.private_key), gate)
             sync = SyncContext(host=host, run_id=run.run_id, max_state_bytes=opts.max_state_bytes,
                                bootstrap=source.bootstrap_peer, trainer=run.trainer,

@@ -111,10 +111,18 @@ def founder_manifest(settings: JoinSettings, rounds: RoundSettings | None = None
                                  settings=strategy_settings, batch_size=run.batch_size, seq_len=run.seq_len,
                                  seed=run.seed, data_seed=run.data.seed, grad_clip=run.grad_clip,
                                  data=founder_data_spec(run.data), init=init, rounds=rounds,
-                                 founder=_founder_id(settings))
+                                 founder=_founder_id(settings), genesis=_genesis_id(settings))
     except ManifestError as exc:
         name = "strategy_settings" if exc.field == "settings" else exc.field
         raise ConfigFieldError(f"run.{name}", str(exc)) from None
+
+
+def _genesis_id(settings: JoinSettings) -> str:
+    """An open run founded with a kept key names it as the root of its chain of attested rosters; a fresh
+    identity per process would name a peer that is gone after a restart, so it names none."""
+    if settings.config.run.admission == "permissioned" or settings.key_file is None:
+        return ""
+    return str(peer_id_of(load_or_create_identity(settings.key_file)))
 
 
 def _founder_id(settings: JoinSettings) -> str:

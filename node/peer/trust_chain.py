@@ -12,8 +12,8 @@ chain is one link long, and after it left the chain grows by one link per ``max_
 of two thirds of the active peers, whichever comes first; at ``MAX_CHAIN_LINKS`` it stops growing (a newcomer
 then cannot check a later roster, it does not trust an unchecked one).
 
-Only permissioned runs have a root (an open run's manifest names no identity, see docs/architecture.md), so
-only they keep a chain.
+Only runs whose manifest names a root keep a chain: a permissioned run's founder, an open run's ``genesis``
+(its founder, when it founded with a kept key; see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -175,13 +175,13 @@ class ChainKeeper:
             self.add_signature(step, str(peer), *got)
 
 
-def open_chain(host: P2PHost, run_id: bytes, founder: str, network: NetworkConfig, sign: Signer,
+def open_chain(host: P2PHost, run_id: bytes, root: str, network: NetworkConfig, sign: Signer,
                admit: Callable[[ID, str], bool]) -> ChainKeeper | None:
-    """A permissioned run's keeper (``founder`` names the root; empty: an open run, None), its server
-    installed."""
-    if not founder:
+    """The keeper of a run whose manifest names a root (``RunManifest.chain_root``: a permissioned run's
+    founder, an open run's genesis; empty: None), its server installed."""
+    if not root:
         return None
-    keeper = ChainKeeper(run_id=run_id, self_id=str(host.peer_id), root=TrustedRoster.root(founder),
+    keeper = ChainKeeper(run_id=run_id, self_id=str(host.peer_id), root=TrustedRoster.root(root),
                          sign=sign, attest_every=network.attest_every_steps, max_skip=network.max_link_steps)
     ChainServer(host, run_id, own=keeper.own, chain=keeper.chain, admit=admit).install()
     return keeper

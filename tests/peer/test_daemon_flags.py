@@ -11,10 +11,11 @@ import pytest
 import torch
 from distro_node.node.cli.join import _flags
 from distro_node.node.cli.main import build_parser
-from distro_node.node.peer.manifest import RoundSettings, RunManifest
+from distro_node.node.peer.manifest import ManifestError, RoundSettings, RunManifest
 from distro_node.node.peer.settings import DEMO_DISTRO_LR, founder_manifest, load_join_settings
 from distro_node.node.peer.trainer import Trainer
 from distro_node.optimizer.schedule import lr_at
+from distro_node.protocol.identity import load_or_create_identity, peer_id_of
 
 CLI = [sys.executable, "-m", "distro_node.node.cli.main", "join"]
 
@@ -83,3 +84,18 @@ def test_bad_local_settings_exit_2_before_the_network(tmp_path: Path, argv: list
                           env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
+
+
+def test_an_open_run_founded_with_a_kept_key_names_it_as_the_chain_root(tmp_path: Path) -> None:
+    key = tmp_path / "founder.key"
+    keyed = manifest_for(["--key-file", str(key)])
+    own = str(peer_id_of(load_or_create_identity(key)))
+    assert (keyed.founder, keyed.genesis, keyed.chain_root) == ("", own, own)
+    assert RunManifest.from_bytes(keyed.to_bytes()).genesis == own  # in the run id: a joiner checks it
+    assert b"genesis" not in manifest_for([]).to_bytes()  # a fresh identity per process names no root
+    permissioned = manifest_for(["--key-file", str(key), "--admission", "permissioned"])
+    assert (permissioned.founder, permissioned.genesis, permissioned.chain_root) == (own, "", own)
+    with pytest.raises(ManifestError, match="genesis"):
+        RunManifest(founder=own, genesis=own)
+    with pytest.raises(ManifestError, match="genesis"):
+        RunManifest(genesis="not-a-peer-id")
