@@ -72,3 +72,32 @@ def test_convergence_bench_sweeps_picks_and_reports(tmp_path: Path) -> None:
     assert len(distro["final_eval_loss_per_seed"]) == 2
     assert distro["reduction_vs_dense_bf16"] > 100
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_convergence_bench_runs_a_given_grid_together_and_gpu_py_reads_its_lines(tmp_path: Path) -> None:
+    """The options the GPU run used (bench/gpu.py): a grid per strategy, every seed at once, no scoring; the
+    per-run lines it prints are what bench/gpu.py keeps when its time limit ends the bench early."""
+    out = tmp_path / "convergence.json"
+    cmd = [sys.executable, str(ROOT / "bench" / "convergence.py"), "--only", "adamw,distro-sign",
+           "--steps", "3", "--peers", "2", "--batch-size", "2", "--seq-len", "16", "--eval-batches", "1",
+           "--seeds", "2", "--workers", "1", "--grid", "adamw=1e-3", "--grid", "distro-sign=3e-3,6e-3",
+           "--together", "--no-scoring", "--device", "cpu", "--precision", "bf16", "--out", str(out)]
+    done = subprocess.run(cmd, check=True, timeout=240, capture_output=True, text=True)
+    doc = json.loads(out.read_text())
+    assert sorted((r["label"], r["lr"]) for r in doc["sweep"]) == [
+        ("adamw", 1e-3), ("distro-sign", 3e-3), ("distro-sign", 6e-3)]
+    assert {r["seed"] for r in doc["extra_seeds"]} == {1} and len(doc["extra_seeds"]) == 2
+    assert len(doc["other_seed_runs"]) == 1  # the distro rate not chosen, on seed 1
+    assert all(r["config"]["exclusion"] is False for r in doc["sweep"])
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from gpu import runs_from_log
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    runs = runs_from_log(done.stdout)
+    assert len(runs) == 6
+    assert {(r["label"], r["seed"]) for r in runs} == {(label, s) for label in ("adamw", "distro-sign")
+                                                       for s in (0, 1)}
+    bad = subprocess.run([*cmd[:2], "--only", "adamw", "--grid", "adamw=fast"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--grid" in bad.stderr

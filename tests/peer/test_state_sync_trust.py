@@ -149,7 +149,7 @@ async def bootstrap_liar_syncs(me: P2PHost, founder: P2PHost, honest: list[P2PHo
     """Now the bootstrap peer itself is the liar, its four Sybils describing its lie alike. In a permissioned
     run the honest donors' chain, checked from the founder the manifest names, certifies the real roster, so
     the lie has no attester that counts; the liar's own chain, signed by itself and its Sybils, verifies
-    nothing. Without a chain (an open run, whose manifest names nobody; the old rule) the bootstrap's word is
+    nothing. Without a chain (an open run, whose manifest names no root; the old rule) the bootstrap's word is
     all a newcomer has, and the same swarm hands it the lie: what docs/architecture.md says an open run
     cannot prevent."""
     names = {h: str(h.peer_id) for h in (founder, liar, *honest, *sybils)}
