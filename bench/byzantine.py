@@ -10,7 +10,9 @@ key). The honest peers train ``--steps`` steps; the bench reads their step event
   the adversaries' processes take CPU from the honest ones, which no attack-free run of N - f shows);
 - safety: every honest peer's weights hash equal at every step; honest peers banned (must be 0);
 - what the defences saw: gossip refused by reason, faults reported (penalties such as vote_equivocation),
-  bans of the attackers (step, reason), the highest epoch that decided a step.
+  bans of the attackers (step, reason), the highest epoch that decided a step, the round machine's non-zero
+  counters (conflicting_claim, stale_goodbye, resyncs_requested, ...), state requests and peer-exchange
+  hearsay refused, and what each attacker says it did and got (``adversary_reports``).
 
     .venv/bin/python bench/byzantine.py                       # 4 peers, every attack, 30 steps each
     .venv/bin/python bench/byzantine.py --peers 7 --liars 2 --out bench/results/byzantine_f2.json
@@ -169,6 +171,11 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
                           for n, b in bans.items()},
         "gossip_rejected": {n: m.get("distro_gossip_rejected_total", {}) for n, m in metrics.items()},
         "faults_seen": {p.name: _faults(p) for p in honest},
+        # what the round machine counted (conflicting_claim, stale_goodbye, resyncs_requested, ...) and the
+        # refusals outside gossip (state gate by op, peer-exchange hearsay), non-zero ones only
+        "round_events": {n: _nonzero(m, "distro_round_events_total") for n, m in metrics.items()},
+        "requests_refused": {n: _nonzero(m, "distro_requests_refused_total") for n, m in metrics.items()},
+        "adversary_reports": _adversary_reports(attackers),
         "honest_rss_mb": {n: round(m.get("distro_process_resident_memory_bytes", {}).get("", 0) / 2**20, 1)
                           for n, m in metrics.items()},
         "max_epoch": max(founder_rows[s]["epoch"] for s in range(steps)),
@@ -184,6 +191,19 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
         "rejected_per_s": {n: round((_refused(m) - at_warm[n]) / elapsed, 1) for n, m in metrics.items()},
         "after_flood": recovery,
     }
+
+
+def _nonzero(metrics: dict[str, dict[str, float]], name: str) -> dict[str, int]:
+    """One labelled counter's non-zero values, by the label's value (``event=stale_goodbye`` ->
+    ``stale_goodbye``)."""
+    return {label.split("=", 1)[-1]: int(v) for label, v in sorted(metrics.get(name, {}).items()) if v}
+
+
+def _adversary_reports(attackers: list[PeerProc]) -> dict[str, dict[str, Any]] | None:
+    """The last ``adversary`` event of each attacker (node/testbed/adversary_more.py): what it did and got."""
+    last = {a.name: [e for e in a.poll_events() if e.get("event") == "adversary"] for a in attackers}
+    reports = {name: events[-1] for name, events in last.items() if events}
+    return reports or None
 
 
 def _refused(metrics: dict[str, dict[str, float]]) -> float:
