@@ -55,6 +55,7 @@ SYBIL_FLOOD = "sybil-flood"
 SYBILS = [sys.executable, "-m", "distro_node.node.testbed.sybils"]
 SYBIL_COUNT = 10
 GOSSIP_FLOOD = "gossip-flood"
+COMBINE = "+"  # kinds joined by it run in one adversary (node/testbed/adversary.py: kinds combine)
 RECOVERY_S = 60.0
 RECOVERY_EVERY_S = 10.0
 RECOVERY_STEPS = 400  # honest steps left after the measured ones: more than RECOVERY_S of training
@@ -131,7 +132,8 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
         elif attack not in BASELINES:
             for i in range(liars):
                 name = f"attacker{i}"
-                argv = [*ADVERSARY, attack, "join", *command, *local, *own(name), *LOGGING]
+                kinds = attack.replace(COMBINE, ",")
+                argv = [*ADVERSARY, kinds, "join", *command, *local, *own(name), *LOGGING]
                 attackers.append(PeerProc(argv, name, log_dir))
         procs.extend(attackers)
         honest = procs[:honest_n]
@@ -200,9 +202,14 @@ def _nonzero(metrics: dict[str, dict[str, float]], name: str) -> dict[str, int]:
 
 
 def _adversary_reports(attackers: list[PeerProc]) -> dict[str, dict[str, Any]] | None:
-    """The last ``adversary`` event of each attacker (node/testbed/adversary_more.py): what it did and got."""
-    last = {a.name: [e for e in a.poll_events() if e.get("event") == "adversary"] for a in attackers}
-    reports = {name: events[-1] for name, events in last.items() if events}
+    """Each attacker's last ``adversary`` event per kind (node/testbed/adversary_more.py): what it did and
+    got, as {attacker: {kind: counts}}."""
+    reports: dict[str, dict[str, Any]] = {}
+    for a in attackers:
+        for e in a.poll_events():
+            if e.get("event") == "adversary":
+                counts = {k: v for k, v in e.items() if k not in ("event", "kind")}
+                reports.setdefault(a.name, {})[str(e.get("kind"))] = counts
     return reports or None
 
 
@@ -253,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm", type=int, default=3, help="steps left out of the rate (start-up)")
     parser.add_argument("--attacks", default=",".join((*BASELINES, *KINDS)),
                         help=f"comma-separated: the baselines {', '.join(BASELINES)}, the adversary kinds "
-                             f"({', '.join(KINDS)}) and {SYBIL_FLOOD} ({SYBIL_COUNT} made-up identities in a "
-                             "process of their own beside N - 1 honest peers)")
+                             f"({', '.join(KINDS)}; joined by {COMBINE!r} they run in one adversary) and "
+                             f"{SYBIL_FLOOD} ({SYBIL_COUNT} made-up identities in a process of their own "
+                             "beside N - 1 honest peers)")
     parser.add_argument("--wait", type=float, default=600.0, help="seconds one configuration may take")
     parser.add_argument("--sybil-nice", type=int, default=0, metavar="N",
                         help="run the sybil-flood crowd at this nice level (19: it takes only CPU the honest "
@@ -269,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "byzantine.json")
     args = parser.parse_args(argv)
     attacks = [a for a in args.attacks.split(",") if a]
-    unknown = [a for a in attacks if a not in (*BASELINES, SYBIL_FLOOD, *KINDS)]
+    unknown = [a for a in attacks
+               if a not in (*BASELINES, SYBIL_FLOOD) and not set(a.split(COMBINE)) <= set(KINDS)]
     if unknown or args.peers < 3 * args.liars + 1 or args.liars < 1 or not 0 <= args.warm < args.steps - 1:
         parser.error(f"unknown attacks {unknown}" if unknown
                      else "need 1 <= --liars, --peers >= 3 * liars + 1, --warm < --steps - 1")
