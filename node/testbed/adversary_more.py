@@ -44,7 +44,7 @@ from distro_node.protocol.discovery import PeerDiscovery
 from distro_node.protocol.errors import BadMultiaddrError, TransportError
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.messages import Goodbye, Heartbeat, InclusionList
-from distro_node.protocol.rpc import call
+from distro_node.protocol.rpc import RpcRefusedError, call
 from distro_node.protocol.sync import STATE_PROTOCOL, SnapshotMeta, fetch_meta
 from distro_node.protocol.transfer import PayloadServer, ServedPayloads
 from multiaddr import Multiaddr
@@ -53,6 +53,7 @@ REPLAY_AFTER_STEPS = 3
 REPLAY_EVERY_S = 3.0  # under the per-kind goodbye bucket (one per 2 s): the rate limit is not what refuses it
 FLOOD_WORKERS = 4
 FLOOD_TIMEOUT_S = 5.0
+FAILED_PAUSE_S = 0.1
 MAX_STATE_BYTES = 1 << 30
 BOGUS_PORT = 9  # discard: nothing listens there on the test machines, so a dial to it fails at once
 REPORT_EVERY_S = 1.0
@@ -223,6 +224,17 @@ def _keep_hosts() -> list[P2PHost]:
     return hosts
 
 
+async def _failed(what: str, exc: TransportError, report: Report) -> None:
+    """Count a refusal (the peer answered BUSY, NOT_FOUND, ...) or a failure of our own (no stream, a
+    timeout); after the latter wait ``FAILED_PAUSE_S``: a stream that cannot open fails at once, and retrying
+    in a tight loop only burns the shared cores (the attack is the requests that reach the peer)."""
+    if isinstance(exc, RpcRefusedError):
+        report.add(f"{what}_refused")
+        return
+    report.add(f"{what}_failed")
+    await trio.sleep(FAILED_PAUSE_S)
+
+
 async def _ask_meta(host: P2PHost, peer: Any, run_id: bytes, metas: dict[Any, SnapshotMeta],
                     report: Report) -> None:
     while True:
@@ -230,9 +242,8 @@ async def _ask_meta(host: P2PHost, peer: Any, run_id: bytes, metas: dict[Any, Sn
             metas[peer] = await fetch_meta(host, peer, run_id, genesis=False, timeout=FLOOD_TIMEOUT_S,
                                            max_state_bytes=MAX_STATE_BYTES)
             report.add("meta_served")
-        except TransportError:
-            report.add("meta_refused")
-            await trio.sleep(0)
+        except TransportError as exc:
+            await _failed("meta", exc, report)
 
 
 def _chunk_requests(run_id: bytes, meta: SnapshotMeta) -> Iterator[bytes]:
@@ -254,9 +265,8 @@ async def _ask_chunks(host: P2PHost, peer: Any, run_id: bytes, metas: dict[Any, 
                 await call(host, peer, STATE_PROTOCOL, request, max_reply=MAX_STATE_BYTES,
                            timeout=FLOOD_TIMEOUT_S)
                 report.add("chunks_served")
-            except TransportError:
-                report.add("chunks_refused")
-                await trio.sleep(0)
+            except TransportError as exc:
+                await _failed("chunks", exc, report)
 
 
 async def _flood_peers(host: P2PHost, kwargs: dict[str, Any], report: Report) -> None:
