@@ -47,7 +47,7 @@ from distro_node.protocol.gossip import AnnouncementChannel
 from distro_node.protocol.messages import Announcement, Heartbeat, InclusionList
 
 from .adversary_donor import patch_lying_donor
-from .adversary_more import PATCHES_MORE
+from .adversary_more import PATCHES_MORE, member
 from .raw_gossip import send, sign
 
 KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs", "gossip-flood", "lying-donor",
@@ -161,7 +161,7 @@ def _gossip_flood() -> None:
             channel = channels[-1]
             pool: deque[Any] = deque()
             period = FLOOD_BATCH / FLOOD_PER_S
-            while not _member(driver, kwargs["self_id"]):  # sign ahead meanwhile (strangers are muted)
+            while not member(driver, kwargs["self_id"]):  # sign ahead meanwhile (strangers are muted)
                 if len(pool) < FLOOD_POOL:
                     pool.extend(sign(channel, _beats(kwargs, 0)))
                 await trio.sleep(0 if len(pool) < FLOOD_POOL else period)
@@ -174,10 +174,6 @@ def _gossip_flood() -> None:
 
     setattr(peer_node, "open_gossip", keep_channel)  # noqa: B010 (a patch, on purpose)
     setattr(peer_node, "send_heartbeats", flood)  # noqa: B010 (a patch, on purpose)
-
-
-def _member(driver: Any, self_id: str) -> bool:
-    return driver.machine is not None and self_id in driver.machine.roster
 
 
 def _beats(kwargs: dict[str, Any], step: int) -> list[Heartbeat]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -48,6 +48,8 @@ from distro_node.protocol.rpc import RpcRefusedError, call
 from distro_node.protocol.sync import STATE_PROTOCOL, SnapshotMeta, fetch_meta
 from distro_node.protocol.transfer import PayloadServer, ServedPayloads
 from multiaddr import Multiaddr
+
+from .sybils import beside_daemon
 
 REPLAY_AFTER_STEPS = 3
 REPLAY_EVERY_S = 3.0  # under the per-kind goodbye bucket (one per 2 s): the rate limit is not what refuses it
@@ -88,20 +90,8 @@ def _keep_instances(cls: type) -> list[Any]:
     return kept
 
 
-def _beside_daemon(tasks: Callable[[dict[str, Any]], list[Callable[[], Awaitable[None]]]]) -> None:
-    """Run ``tasks`` beside the daemon's heartbeat loop, built from its arguments (driver, outbox, ...)."""
-    honest_loop: Callable[..., Awaitable[None]] = peer_node.send_heartbeats
-
-    async def with_tasks(**kwargs: Any) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(honest_loop, **kwargs))
-            for task in tasks(kwargs):
-                nursery.start_soon(task)
-
-    setattr(peer_node, "send_heartbeats", with_tasks)  # noqa: B010 (a patch, on purpose)
-
-
-def _member(driver: RoundDriver, self_id: str) -> bool:
+def member(driver: RoundDriver, self_id: str) -> bool:
+    """Whether we are in the roster (an attack that needs a member's voice waits for it)."""
     return driver.machine is not None and self_id in driver.machine.roster
 
 
@@ -138,7 +128,7 @@ def patch_withhold() -> None:
         original_init(self, host, _Withheld(store, str(host.peer_id), drivers, report), *args, **kwargs)
 
     setattr(PayloadServer, "__init__", withholding)  # noqa: B010 (a patch, on purpose)
-    _beside_daemon(lambda _kwargs: [report.print_forever])
+    beside_daemon(lambda _kwargs: [report.print_forever])
 
 
 # --- conflicting-claim -------------------------------------------------------------------------------------
@@ -180,7 +170,7 @@ def patch_conflicting_claim() -> None:
                 report.add("claims_sent")
 
     setattr(progress, "apply", apply_then_claim)  # noqa: B010 (a patch, on purpose)
-    _beside_daemon(lambda _kwargs: [report.print_forever])
+    beside_daemon(lambda _kwargs: [report.print_forever])
 
 
 # --- replay-goodbye ----------------------------------------------------------------------------------------
@@ -188,7 +178,7 @@ def patch_conflicting_claim() -> None:
 
 async def _replay(kwargs: dict[str, Any], report: Report) -> None:
     driver, outbox, self_id, run_id = kwargs["driver"], kwargs["outbox"], kwargs["self_id"], kwargs["run_id"]
-    while not _member(driver, self_id):
+    while not member(driver, self_id):
         await trio.sleep(0.5)
     step = driver.machine.next_step
     weights = kwargs["trainer"].weights_hash
@@ -204,7 +194,7 @@ async def _replay(kwargs: dict[str, Any], report: Report) -> None:
 
 def patch_replay_goodbye() -> None:
     report = Report("replay-goodbye")
-    _beside_daemon(lambda kwargs: [partial(_replay, kwargs, report), report.print_forever])
+    beside_daemon(lambda kwargs: [partial(_replay, kwargs, report), report.print_forever])
 
 
 # --- meta-flood ---------------------------------------------------------------------------------------------
@@ -286,7 +276,7 @@ async def _flood_peers(host: P2PHost, kwargs: dict[str, Any], report: Report) ->
 def patch_meta_flood() -> None:
     report = Report("meta-flood")
     hosts = _keep_hosts()
-    _beside_daemon(lambda kwargs: [partial(_flood_peers, hosts[-1], kwargs, report), report.print_forever])
+    beside_daemon(lambda kwargs: [partial(_flood_peers, hosts[-1], kwargs, report), report.print_forever])
 
 
 # --- px-rewrite ---------------------------------------------------------------------------------------------
@@ -315,7 +305,7 @@ def patch_px_rewrite() -> None:
         return out
 
     setattr(PeerDiscovery, "_advertised_peers", rewritten)  # noqa: B010 (a patch, on purpose)
-    _beside_daemon(lambda _kwargs: [report.print_forever])
+    beside_daemon(lambda _kwargs: [report.print_forever])
 
 
 PATCHES_MORE: dict[str, Callable[[], None]] = {
@@ -323,4 +313,4 @@ PATCHES_MORE: dict[str, Callable[[], None]] = {
     "replay-goodbye": patch_replay_goodbye, "meta-flood": patch_meta_flood, "px-rewrite": patch_px_rewrite,
 }
 
-__all__ = ["PATCHES_MORE", "Report"]
+__all__ = ["PATCHES_MORE", "Report", "member"]
