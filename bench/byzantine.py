@@ -10,7 +10,9 @@ key). The honest peers train ``--steps`` steps; the bench reads their step event
   the adversaries' processes take CPU from the honest ones, which no attack-free run of N - f shows);
 - safety: every honest peer's weights hash equal at every step; honest peers banned (must be 0);
 - what the defences saw: gossip refused by reason, faults reported (penalties such as vote_equivocation),
-  bans of the attackers (step, reason), the highest epoch that decided a step.
+  bans of the attackers (step, reason), the highest epoch that decided a step, the round machine's non-zero
+  counters (conflicting_claim, stale_goodbye, resyncs_requested, ...), state requests and peer-exchange
+  hearsay refused, and what each attacker says it did and got (``adversary_reports``).
 
     .venv/bin/python bench/byzantine.py                       # 4 peers, every attack, 30 steps each
     .venv/bin/python bench/byzantine.py --peers 7 --liars 2 --out bench/results/byzantine_f2.json
@@ -53,6 +55,7 @@ SYBIL_FLOOD = "sybil-flood"
 SYBILS = [sys.executable, "-m", "distro_node.node.testbed.sybils"]
 SYBIL_COUNT = 10
 GOSSIP_FLOOD = "gossip-flood"
+COMBINE = "+"  # kinds joined by it run in one adversary (node/testbed/adversary.py: kinds combine)
 RECOVERY_S = 60.0
 RECOVERY_EVERY_S = 10.0
 RECOVERY_STEPS = 400  # honest steps left after the measured ones: more than RECOVERY_S of training
@@ -129,7 +132,8 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
         elif attack not in BASELINES:
             for i in range(liars):
                 name = f"attacker{i}"
-                argv = [*ADVERSARY, attack, "join", *command, *local, *own(name), *LOGGING]
+                kinds = attack.replace(COMBINE, ",")
+                argv = [*ADVERSARY, kinds, "join", *command, *local, *own(name), *LOGGING]
                 attackers.append(PeerProc(argv, name, log_dir))
         procs.extend(attackers)
         honest = procs[:honest_n]
@@ -169,6 +173,11 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
                           for n, b in bans.items()},
         "gossip_rejected": {n: m.get("distro_gossip_rejected_total", {}) for n, m in metrics.items()},
         "faults_seen": {p.name: _faults(p) for p in honest},
+        # what the round machine counted (conflicting_claim, stale_goodbye, resyncs_requested, ...) and the
+        # refusals outside gossip (state gate by op, peer-exchange hearsay), non-zero ones only
+        "round_events": {n: _nonzero(m, "distro_round_events_total") for n, m in metrics.items()},
+        "requests_refused": {n: _nonzero(m, "distro_requests_refused_total") for n, m in metrics.items()},
+        "adversary_reports": _adversary_reports(attackers),
         "honest_rss_mb": {n: round(m.get("distro_process_resident_memory_bytes", {}).get("", 0) / 2**20, 1)
                           for n, m in metrics.items()},
         "max_epoch": max(founder_rows[s]["epoch"] for s in range(steps)),
@@ -184,6 +193,24 @@ def run_one(attack: str, peers: int, liars: int, steps: int, warm: int, log_dir:
         "rejected_per_s": {n: round((_refused(m) - at_warm[n]) / elapsed, 1) for n, m in metrics.items()},
         "after_flood": recovery,
     }
+
+
+def _nonzero(metrics: dict[str, dict[str, float]], name: str) -> dict[str, int]:
+    """One labelled counter's non-zero values, by the label's value (``event=stale_goodbye`` ->
+    ``stale_goodbye``)."""
+    return {label.split("=", 1)[-1]: int(v) for label, v in sorted(metrics.get(name, {}).items()) if v}
+
+
+def _adversary_reports(attackers: list[PeerProc]) -> dict[str, dict[str, Any]] | None:
+    """Each attacker's last ``adversary`` event per kind (node/testbed/adversary_more.py): what it did and
+    got, as {attacker: {kind: counts}}."""
+    reports: dict[str, dict[str, Any]] = {}
+    for a in attackers:
+        for e in a.poll_events():
+            if e.get("event") == "adversary":
+                counts = {k: v for k, v in e.items() if k not in ("event", "kind")}
+                reports.setdefault(a.name, {})[str(e.get("kind"))] = counts
+    return reports or None
 
 
 def _refused(metrics: dict[str, dict[str, float]]) -> float:
@@ -233,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm", type=int, default=3, help="steps left out of the rate (start-up)")
     parser.add_argument("--attacks", default=",".join((*BASELINES, *KINDS)),
                         help=f"comma-separated: the baselines {', '.join(BASELINES)}, the adversary kinds "
-                             f"({', '.join(KINDS)}) and {SYBIL_FLOOD} ({SYBIL_COUNT} made-up identities in a "
-                             "process of their own beside N - 1 honest peers)")
+                             f"({', '.join(KINDS)}; joined by {COMBINE!r} they run in one adversary) and "
+                             f"{SYBIL_FLOOD} ({SYBIL_COUNT} made-up identities in a process of their own "
+                             "beside N - 1 honest peers)")
     parser.add_argument("--wait", type=float, default=600.0, help="seconds one configuration may take")
     parser.add_argument("--sybil-nice", type=int, default=0, metavar="N",
                         help="run the sybil-flood crowd at this nice level (19: it takes only CPU the honest "
@@ -249,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "byzantine.json")
     args = parser.parse_args(argv)
     attacks = [a for a in args.attacks.split(",") if a]
-    unknown = [a for a in attacks if a not in (*BASELINES, SYBIL_FLOOD, *KINDS)]
+    unknown = [a for a in attacks
+               if a not in (*BASELINES, SYBIL_FLOOD) and not set(a.split(COMBINE)) <= set(KINDS)]
     if unknown or args.peers < 3 * args.liars + 1 or args.liars < 1 or not 0 <= args.warm < args.steps - 1:
         parser.error(f"unknown attacks {unknown}" if unknown
                      else "need 1 <= --liars, --peers >= 3 * liars + 1, --warm < --steps - 1")

@@ -31,7 +31,8 @@ from prometheus_client.process_collector import ProcessCollector
 
 from distro_node import __version__
 
-__all__ = ["GOSSIP_REASONS", "OUTCOMES", "PHASES", "REASONS", "MetricsError", "MetricsServer", "NodeMetrics"]
+__all__ = ["GOSSIP_REASONS", "OUTCOMES", "PHASES", "REASONS", "REFUSALS", "MetricsError", "MetricsServer",
+           "NodeMetrics"]
 
 PREFIX = "distro"
 # Phases of one training step, in order; "sync" is fetching weights from peers (join or resync).
@@ -43,6 +44,9 @@ GOSSIP_REASONS: tuple[str, ...] = ("banned", "not_admitted", "rate", "stranger",
 OUTCOMES: tuple[str, ...] = ("complete", "deadline")
 # The round machine's counters (protocol/consensus/context.py): a fixed set, so a bounded label.
 ROUND_EVENTS: tuple[str, ...] = COUNTERS
+# Refused outside gossip: state requests over node/peer/state_gate.py's rates (by op), and peer-exchange
+# hearsay that contradicted an address a peer confirmed itself (protocol/peer_exchange.py, kept out).
+REFUSALS: tuple[str, ...] = ("state_meta", "state_chunk", "state_chain", "state_sig", "px_hearsay")
 # Step times range from milliseconds (tiny preset, loopback) to minutes (1.2B over a WAN).
 _SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
@@ -128,6 +132,10 @@ class NodeMetrics:
             f"{PREFIX}_round_events", "What the round machine refused, ignored or did, by event", ["event"],
             registry=r,
         )
+        self._refused = Counter(
+            f"{PREFIX}_requests_refused", "State requests over the gate's rate and peer-exchange hearsay "
+            "contradicting a confirmed address, by what", ["what"], registry=r,
+        )
         self._reachability = Gauge(
             f"{PREFIX}_reachability", "1 for what dial-back probes say of this node (verdict label)",
             ["verdict"], registry=r,
@@ -177,6 +185,8 @@ class NodeMetrics:
             self._rounds.labels(outcome=outcome)
         for event in ROUND_EVENTS:
             self._round_events.labels(event=event)
+        for what in REFUSALS:
+            self._refused.labels(what=what)
         self.set_reachability("unknown")
         if process_metrics:
             ProcessCollector(namespace=PREFIX, registry=r)
@@ -234,6 +244,10 @@ class NodeMetrics:
     def round_events(self, event: str, count: int) -> None:
         """``count`` more of one of the round machine's counters (``ROUND_EVENTS``)."""
         self._round_events.labels(event=_choice("event", event, ROUND_EVENTS)).inc(_count("count", count))
+
+    def requests_refused(self, what: str, count: int) -> None:
+        """``count`` more refusals of one kind (``REFUSALS``)."""
+        self._refused.labels(what=_choice("what", what, REFUSALS)).inc(_count("count", count))
 
     def set_reachability(self, verdict: str) -> None:
         _choice("verdict", verdict, VERDICTS)

@@ -333,21 +333,22 @@ class LivenessView:
                 del self._left_at[peer_id]
         return True
 
-    def goodbye(self, peer_id: str, now: float, step: int, protected: Collection[str]) -> None:
+    def goodbye(self, peer_id: str, now: float, step: int, protected: Collection[str]) -> bool:
         """A goodbye from ``step`` on, unless the peer was since heard from further on: then it is an old
         goodbye replayed (a signed message stays valid forever, and py-libp2p forgets the ids it has seen
         after 120 s), and would make us stop counting a peer that is back. An honest peer is at most
         ``GOODBYE_LOOKAHEAD`` steps ahead of the step it leaves from (an overlapped peer announces the next
-        step while the current one is decided)."""
+        step while the current one is decided). False only for such a stale goodbye."""
         seen = self._step.get(peer_id)
         if seen is not None and seen > step + GOODBYE_LOOKAHEAD:
             self.stale_goodbyes += 1
-            return
+            return False
         if peer_id not in self._last_seen and not self._make_room(protected):
             self.refused += 1
-            return
+            return True
         self._last_seen[peer_id] = max(now, self._last_seen.get(peer_id, now))
         self._left_at[peer_id] = step
+        return True
 
     def lost(self, peer_id: str) -> None:
         """Our last connection to a peer closed: treat it as silent until we hear from it again.

@@ -81,10 +81,14 @@ class PeerBook:
         self._max_addrs = max_addrs_per_peer
         self._book: OrderedDict[ID, tuple[Multiaddr, ...]] = OrderedDict()
         self._confirmed: set[ID] = set()
+        self.hearsay_refused = 0  # third-party claims that differed from a confirmed entry (kept out)
 
     def add(self, peer_id: ID, transports: Iterable[Multiaddr], *, hearsay: bool = False) -> None:
         """Addresses for ``peer_id``: its own word or a dial that worked, unless ``hearsay``."""
-        if peer_id == self._own_id or (hearsay and peer_id in self._confirmed):
+        if peer_id == self._own_id:
+            return
+        if hearsay and peer_id in self._confirmed:
+            self.hearsay_refused += any(a not in self._book.get(peer_id, ()) for a in transports)
             return
         fresh: list[Multiaddr] = []
         for addr in transports:

@@ -233,9 +233,11 @@ class GossipIntake:
         m = self._driver.machine
         if m is None:
             return
+        stale = m.counters["stale_goodbye"]
         actions = m.on_message(msg, trio.current_time())
         logger.debug("gossip in: %s", msg)
-        if isinstance(msg, Goodbye):
+        # A replayed old goodbye is ignored by the machine (counted stale_goodbye): no leave to report.
+        if isinstance(msg, Goodbye) and m.counters["stale_goodbye"] == stale:
             self._out.emit("goodbye", f"peer {msg.peer_id[-8:]} left at step {msg.step}", peer=msg.peer_id,
                            step=msg.step)
         self._driver.handle(actions)

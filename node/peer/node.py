@@ -236,12 +236,13 @@ class PeerNode:
             driver = RoundDriver(out=out, outbox=outbox, fetcher=fetcher, changes=changes, nursery=nursery)
             gossip.prefer_members(driver.roster_ids)
             decoder.know_members(driver.roster_ids)
-            if run.telemetry is not None:
-                run.telemetry.watch(lambda: driver.machine.counters if driver.machine is not None else {},
-                                    lambda: gossip.mutes)
             intake = GossipIntake(decoder=decoder, driver=driver, announcements=announcements,
                                   changes=changes, out=out)
             gate = StateRequestGate(self.bans, trio.current_time)
+            if run.telemetry is not None:
+                run.telemetry.watch(lambda: driver.machine.counters if driver.machine is not None else {},
+                                    lambda: gossip.mutes,
+                                    lambda: {**gate.refusals(), "px_hearsay": host.peer_book.hearsay_refused})
             chain = open_chain(host, run.run_id, run.manifest.chain_root, opts.network,
                                signer_for(host.key_pair.private_key), gate)
             sync = SyncContext(host=host, run_id=run.run_id, max_state_bytes=opts.max_state_bytes,

@@ -36,6 +36,7 @@ class StateRequestGate:
         self._chain = PeerRateLimit(1.0 / META_INTERVAL_S, META_BURST, clock)
         self._sigs = PeerRateLimit(SIGS_PER_S, SIG_BURST, clock)
         self.refused = 0
+        self.refused_by_op: dict[str, int] = {}  # for /metrics (``distro_requests_refused_total``)
 
     def __call__(self, remote: ID, op: str) -> bool:
         peer = str(remote)
@@ -49,5 +50,12 @@ class StateRequestGate:
             allowed = self._sigs.allow(peer)
         else:
             allowed = self._chunks.allow(peer)
-        self.refused += not allowed
+        if not allowed:
+            self.refused += 1
+            kind = op if op in ("meta", "chain", "sig") else "chunk"
+            self.refused_by_op[kind] = self.refused_by_op.get(kind, 0) + 1
         return allowed
+
+    def refusals(self) -> dict[str, int]:
+        """Refused requests so far, as ``state_<op>`` (the labels of ``node/metrics.py`` ``REFUSALS``)."""
+        return {f"state_{op}": n for op, n in self.refused_by_op.items()}

@@ -34,24 +34,24 @@ class Telemetry:
         self._received = 0
         self._last_loss = float("nan")
         self._sources: tuple[Callable[[], Mapping[str, int]], Callable[[], int]] = (dict, int)
+        self._refusals: Callable[[], Mapping[str, int]] = dict
         self._seen_events: dict[str, int] = {}
+        self._seen_refusals: dict[str, int] = {}
         self._seen_muted = 0
 
     def watch(self, round_events: Callable[[], Mapping[str, int]],
-              strangers_muted: Callable[[], int]) -> None:
-        """Cumulative counts kept elsewhere (the round machine's counters, the gossip channel's mutes),
-        read at every step and reported as increments. A machine replaced by a resync starts again at 0:
-        a count below the last one seen is all new."""
+              strangers_muted: Callable[[], int],
+              refusals: Callable[[], Mapping[str, int]] = dict) -> None:
+        """Cumulative counts kept elsewhere (the round machine's counters, the gossip channel's mutes, the
+        state gate's and the peer book's refusals), read at every step and reported as increments. A
+        machine replaced by a resync starts again at 0: a count below the last one seen is all new."""
         self._sources = (round_events, strangers_muted)
+        self._refusals = refusals
 
     def _counts(self) -> None:
         events, muted = self._sources[0](), self._sources[1]()
-        for name, total in events.items():
-            seen = self._seen_events.get(name, 0)
-            fresh = total - seen if total >= seen else total  # below what we saw: a new machine, from 0
-            if fresh:
-                self.metrics.round_events(name, fresh)
-            self._seen_events[name] = total
+        _increments(events, self._seen_events, self.metrics.round_events)
+        _increments(self._refusals(), self._seen_refusals, self.metrics.requests_refused)
         if muted > self._seen_muted:
             self.metrics.strangers_muted(muted - self._seen_muted)
         self._seen_muted = max(self._seen_muted, muted)
@@ -129,3 +129,14 @@ class Telemetry:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+def _increments(totals: Mapping[str, int], seen: dict[str, int], report: Callable[[str, int], None]) -> None:
+    """Report what each cumulative total grew by since ``seen`` (updated); a total below the last one seen
+    comes from a fresh counter and is all new."""
+    for name, total in totals.items():
+        last = seen.get(name, 0)
+        fresh = total - last if total >= last else total
+        if fresh:
+            report(name, fresh)
+        seen[name] = total

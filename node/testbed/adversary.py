@@ -15,6 +15,7 @@ Kinds:
                 written straight into its pubsub queues; it signs a minute's worth ahead while it waits.
     lying-donor describes zeroed weights under a roster of itself and 4 Sybil identities it runs, which
                 answer state requests alike (node/testbed/adversary_donor.py).
+    withhold, conflicting-claim, replay-goodbye, meta-flood, px-rewrite: see node/testbed/adversary_more.py.
 
 Kinds combine: ``double-vote,jump-epochs`` applies both patches.
 
@@ -46,9 +47,11 @@ from distro_node.protocol.gossip import AnnouncementChannel
 from distro_node.protocol.messages import Announcement, Heartbeat, InclusionList
 
 from .adversary_donor import patch_lying_donor
+from .adversary_more import PATCHES_MORE, member
 from .raw_gossip import send, sign
 
-KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs", "gossip-flood", "lying-donor")
+KINDS = ("forge-list", "equivocate", "double-vote", "jump-epochs", "gossip-flood", "lying-donor",
+         *PATCHES_MORE)
 FLOOD_PER_S = 1000
 FLOOD_BATCH = 10
 FLOOD_POOL = 60 * FLOOD_PER_S  # messages signed ahead while waiting to be a member: a minute of flood
@@ -158,7 +161,7 @@ def _gossip_flood() -> None:
             channel = channels[-1]
             pool: deque[Any] = deque()
             period = FLOOD_BATCH / FLOOD_PER_S
-            while not _member(driver, kwargs["self_id"]):  # sign ahead meanwhile (strangers are muted)
+            while not member(driver, kwargs["self_id"]):  # sign ahead meanwhile (strangers are muted)
                 if len(pool) < FLOOD_POOL:
                     pool.extend(sign(channel, _beats(kwargs, 0)))
                 await trio.sleep(0 if len(pool) < FLOOD_POOL else period)
@@ -173,10 +176,6 @@ def _gossip_flood() -> None:
     setattr(peer_node, "send_heartbeats", flood)  # noqa: B010 (a patch, on purpose)
 
 
-def _member(driver: Any, self_id: str) -> bool:
-    return driver.machine is not None and self_id in driver.machine.roster
-
-
 def _beats(kwargs: dict[str, Any], step: int) -> list[Heartbeat]:
     return [Heartbeat(kwargs["run_id"], kwargs["self_id"], step, os.urandom(32)) for _ in range(FLOOD_BATCH)]
 
@@ -184,6 +183,7 @@ def _beats(kwargs: dict[str, Any], step: int) -> list[Heartbeat]:
 PATCHES: dict[str, Callable[[], None]] = {
     "forge-list": _forge_lists, "equivocate": _equivocate, "double-vote": _double_vote,
     "jump-epochs": _jump_epochs, "gossip-flood": _gossip_flood, "lying-donor": patch_lying_donor,
+    **PATCHES_MORE,
 }
 
 

@@ -48,7 +48,8 @@ def admit(msg: Message, me: Local, window: StepWindow) -> bool:
         return isinstance(msg, Heartbeat | Goodbye)
     protected = window.protected(me.self_id)
     if isinstance(msg, Goodbye):
-        me.liveness.goodbye(author, me.now, msg.step, protected)
+        if not me.liveness.goodbye(author, me.now, msg.step, protected):
+            me.counters.count("stale_goodbye")  # a replay: the peer was since heard from further on
         return True
     if step is not None and step + me.config.history_steps < window.frontier:
         # A sign of life from far behind the window: a replay of an old signed message (py-libp2p forgets

@@ -31,6 +31,7 @@ COUNTERS: tuple[str, ...] = (
     "vote_equivocation",
     "list_conflict",
     "conflicting_claim",
+    "stale_goodbye",
     "below_quorum_list",
     "vote_cap",
     "unexpected_payload_event",

@@ -15,6 +15,7 @@ from distro_node.node.metrics import (
     GOSSIP_REASONS,
     OUTCOMES,
     PHASES,
+    REFUSALS,
     ROUND_EVENTS,
     MetricsError,
     MetricsServer,
@@ -44,7 +45,7 @@ REQUIRED = {
 }
 ALLOWED_LABELS = {"phase": set(PHASES), "reason": set(REASONS) | set(GOSSIP_REASONS),
                   "outcome": set(OUTCOMES), "event": set(ROUND_EVENTS),
-                  "verdict": set(VERDICTS), "version": None}
+                  "verdict": set(VERDICTS), "what": set(REFUSALS), "version": None}
 
 
 def busy_metrics() -> NodeMetrics:
@@ -193,15 +194,20 @@ def test_round_events_and_muted_strangers_arrive_as_increments_from_their_source
     replaced by a resync (counters back at 0) does not take the metric back."""
     telemetry = Telemetry.__new__(Telemetry)  # no HTTP server needed for the translation
     telemetry.metrics = NodeMetrics(process_metrics=False)
-    telemetry._seen_events, telemetry._seen_muted = {}, 0
+    telemetry._seen_events, telemetry._seen_muted, telemetry._seen_refusals = {}, 0, {}
     counts = {"stale_step": 3, "votes_cast": 5}
     muted = [2]
-    telemetry.watch(lambda: counts, lambda: muted[0])
+    refused = {"state_meta": 4}
+    telemetry.watch(lambda: counts, lambda: muted[0], lambda: refused)
     telemetry._counts()
     counts = {"stale_step": 1, "votes_cast": 7}  # a fresh machine: stale_step started again
     muted[0] = 3
+    refused = {"state_meta": 6, "px_hearsay": 1}
     telemetry._counts()
     text = generate_latest(telemetry.metrics.registry).decode()
+    assert 'distro_requests_refused_total{what="state_meta"} 6.0' in text
+    assert 'distro_requests_refused_total{what="px_hearsay"} 1.0' in text
+    assert 'distro_requests_refused_total{what="state_chunk"} 0.0' in text
     assert 'distro_round_events_total{event="stale_step"} 4.0' in text
     assert 'distro_round_events_total{event="votes_cast"} 7.0' in text
     assert 'distro_round_events_total{event="list_conflict"} 0.0' in text

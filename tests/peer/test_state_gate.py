@@ -62,5 +62,6 @@ def test_snapshot_descriptions_are_rate_limited_per_peer_and_refused_to_banned_o
                 bans.banned.add(str(other.peer_id))
                 assert await meta(other) == RpcStatus.BUSY
             assert len(cuts) == META_BURST + 2 and gate.refused == 3
+            assert gate.refusals() == {"state_meta": 3}  # /metrics: distro_requests_refused_total
 
     trio.run(body)

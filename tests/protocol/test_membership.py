@@ -151,10 +151,10 @@ def test_liveness_tracks_last_seen_and_progress() -> None:
 
 def test_a_replayed_old_goodbye_does_not_take_a_returned_peer_out() -> None:
     view = LivenessView(8)
-    view.goodbye("a", 1.0, step=5, protected=())
+    assert view.goodbye("a", 1.0, step=5, protected=())
     view.observe("a", 9.0, 8, protected=())  # back, and three steps on
     assert not view.has_left("a")
-    view.goodbye("a", 10.0, step=5, protected=())  # the old signed goodbye, replayed
+    assert not view.goodbye("a", 10.0, step=5, protected=())  # the old signed goodbye, replayed
     assert not view.has_left("a") and view.stale_goodbyes == 1 and view.last_seen("a") == 9.0
     view.observe("a", 11.0, 9, protected=())  # an overlapped peer announces one step ahead of its goodbye
     view.goodbye("a", 11.5, step=8, protected=())

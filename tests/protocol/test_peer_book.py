@@ -26,6 +26,9 @@ def test_a_reply_cannot_rewrite_a_confirmed_address_but_speaks_for_its_sender() 
     assert set(learned) == {honest, liar}
     assert book.addrs(honest) == (tcp(4001),)
     assert book.addrs(liar) == (tcp(5001),)
+    assert book.hearsay_refused == 1  # /metrics: distro_requests_refused_total{what="px_hearsay"}
+    book.add_peer_addrs([tcp(4001, honest)], source=liar)  # hearsay that agrees is no lie
+    assert book.hearsay_refused == 1
     stranger = new_id()
     book.add_peer_addrs([tcp(7001, stranger)], source=liar)  # hearsay fills a gap ...
     assert book.addrs(stranger) == (tcp(7001),)

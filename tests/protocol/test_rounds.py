@@ -315,6 +315,17 @@ def test_goodbye_of_the_last_missing_peer_closes_the_round_at_once() -> None:
     assert MembershipChanged(0, leaver, "left") in out and leaver not in m.roster
 
 
+def test_a_replayed_goodbye_is_counted_stale_and_keeps_its_peer_in_the_quorum() -> None:
+    """A goodbye older than what its peer said since (a replay with a fresh pubsub seqno): counted for
+    /metrics as ``stale_goodbye`` and ignored, so the quorum's n does not shrink."""
+    m = machine("a")
+    m.on_message(Heartbeat(RUN_ID, "b", 3, GENESIS_WEIGHTS), 0.1)
+    m.on_message(Goodbye(RUN_ID, "b", 0), 0.2)
+    m.on_message(Goodbye(RUN_ID, "c", 0), 0.3)  # a fresh one: c leaves
+    assert m.counters["stale_goodbye"] == 1
+    assert not m._liveness.has_left("b") and m._liveness.has_left("c")
+
+
 def test_weights_divergence_requests_resync_with_the_majority_hash() -> None:
     order = leader_order(RUN_ID, 0, PEERS)
     me = order[3]
