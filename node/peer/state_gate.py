@@ -4,7 +4,10 @@ A banned peer gets nothing. Anyone else may, since a joiner is not in the roster
 rate: a snapshot description (``meta``) may mean cutting a new snapshot, which serializes and hashes the
 whole state, so each peer gets a few at once and then one per ``META_INTERVAL_S``: an honest joiner or
 resyncing peer asks each donor once per attempt, and attempts are seconds apart. Chunk requests only read
-a held snapshot and are limited loosely, as a guard against a request flood, not a bandwidth cap.
+a held snapshot, but each is up to a chunk of bytes (1 MiB by default) this node uploads: a peer gets a burst
+of ``CHUNK_BURST`` (a whole small snapshot at once) and then ``CHUNKS_PER_S``, about 20 MiB/s, more than a
+home line carries, so an honest joiner is never the one slowed. At 200 a second one member could make a node
+serve its whole state again and again (bench/byzantine.py's meta-flood: 678 chunks in one run).
 
 The same gate judges ``/distro/chain/1.0.0`` (protocol/chain_rpc.py): a whole chain (up to a few MB) is asked
 once per sync attempt, so it is limited like a description; one attestation (``sig``) is small and asked by
@@ -22,7 +25,7 @@ from .rate_limit import PeerRateLimit
 
 META_INTERVAL_S = 5.0
 META_BURST = 4
-CHUNKS_PER_S = 200.0
+CHUNKS_PER_S = 20.0
 CHUNK_BURST = 400
 SIGS_PER_S = 2.0
 SIG_BURST = 16

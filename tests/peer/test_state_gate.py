@@ -8,7 +8,13 @@ import hashlib
 
 import pytest
 import trio
-from distro_node.node.peer.state_gate import META_BURST, META_INTERVAL_S, StateRequestGate
+from distro_node.node.peer.state_gate import (
+    CHUNK_BURST,
+    CHUNKS_PER_S,
+    META_BURST,
+    META_INTERVAL_S,
+    StateRequestGate,
+)
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.membership import Roster, SyncState
 from distro_node.protocol.rpc import RpcRefusedError, RpcStatus
@@ -65,3 +71,14 @@ def test_snapshot_descriptions_are_rate_limited_per_peer_and_refused_to_banned_o
             assert gate.refusals() == {"state_meta": 3}  # /metrics: distro_requests_refused_total
 
     trio.run(body)
+
+
+def test_chunks_come_in_a_burst_then_at_the_chunk_rate() -> None:
+    clock = [0.0]
+    gate = StateRequestGate(Bans(), lambda: clock[0])
+    asker, other = ID(b"asker"), ID(b"other")
+    assert all(gate(asker, "chunk") for _ in range(CHUNK_BURST))
+    assert not gate(asker, "chunk") and gate(other, "chunk")
+    clock[0] += 1.0
+    granted = sum(gate(asker, "chunk") for _ in range(2 * int(CHUNKS_PER_S)))
+    assert granted == int(CHUNKS_PER_S)
