@@ -116,8 +116,11 @@ class RoundDriver:
         if result is None:
             return
         report = {FetchResult.VALID: m.on_payload_validated, FetchResult.INVALID: m.on_payload_invalid,
-                  FetchResult.FAILED: m.on_payload_failed}[result]
-        self.handle(report(a.step, a.peer_id, a.payload_hash, trio.current_time()))
+                  FetchResult.FAILED: m.on_payload_failed, FetchResult.DENIED: m.on_payload_failed}[result]
+        now = trio.current_time()
+        self.handle(report(a.step, a.peer_id, a.payload_hash, now))
+        if result is FetchResult.DENIED:  # its author withholds it: an epoch it leads is left at once
+            self.handle(m.on_payload_denied(a.step, a.peer_id, now))
 
     async def run_timer(self) -> None:
         """Wake the machine for its deadlines (at least every 0.2 s)."""

@@ -12,7 +12,7 @@ import logging
 import trio
 from distro_node.compression.errors import PayloadError
 from distro_node.protocol.consensus import FetchPayload
-from distro_node.protocol.errors import TransportError
+from distro_node.protocol.errors import FetchFailedError, PayloadNotFoundError, TransportError
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.transfer import PayloadRequest, TransferConfig, fetch_payload
@@ -32,6 +32,7 @@ class FetchResult(enum.Enum):
     VALID = "valid"  # decoded and kept (or already held)
     INVALID = "invalid"  # delivered but failed validation
     FAILED = "failed"  # no holder delivered
+    DENIED = "denied"  # no holder delivered, and the author said it does not hold its own payload
 
 
 class Fetcher:
@@ -89,6 +90,9 @@ class Fetcher:
                 store=self._store, config=self._config, expected_size=a.payload_size, spread=False)
         except TransportError as exc:
             logger.debug("fetch failed: %s", exc)
+            attempts = exc.attempts if isinstance(exc, FetchFailedError) else []
+            if any(peer == a.peer_id and isinstance(err, PayloadNotFoundError) for peer, err in attempts):
+                return FetchResult.DENIED
             return FetchResult.FAILED
         if cached is None:
             self._counters.received += len(data)

@@ -67,7 +67,11 @@ def expected_peers(rnd: RoundState, roster: Roster, banned: frozenset[str], me: 
 
 
 def collection_complete(rnd: RoundState, roster: Roster, banned: frozenset[str], me: Local) -> bool:
+    """Every live active peer's payload validated or refused; one whose author denied holding it will not
+    come (``RoundMachine.on_payload_denied``), so it is not waited for."""
     for peer in expected_peers(rnd, roster, banned, me):
+        if peer in rnd.denied:
+            continue
         ann = rnd.announcements.get(peer)
         if ann is None:
             return False
@@ -103,6 +107,11 @@ def _forged(rnd: RoundState, order: tuple[str, ...], epoch: int) -> bool:
     return (epoch, designated_leader(order, epoch)) in rnd.forged
 
 
+def _denied(rnd: RoundState, order: tuple[str, ...], epoch: int) -> bool:
+    """The epoch's leader said it does not hold the payload it signed for this step: it withholds it."""
+    return designated_leader(order, epoch) in rnd.denied
+
+
 def _silence_is_evidence(order: tuple[str, ...], me: Local) -> bool:
     """Silence says the leader is gone only while a strict majority of the roster is heard from.
 
@@ -128,7 +137,8 @@ def skip_absent_leaders(
     at most an epoch, never agreement. Replicas that lack the evidence follow through the statuses of those
     that skipped, once f + 1 of them did (:func:`follow_roster`). Silence only
     counts while most of the roster is heard from (:func:`_silence_is_evidence`); a goodbye always does,
-    and so does a forged list from the epoch's leader (``RoundMachine.on_forged_proposal``).
+    and so do a forged list from the epoch's leader (``RoundMachine.on_forged_proposal``) and the leader
+    saying it lacks its own signed payload (``RoundMachine.on_payload_denied``).
 
     Epoch 0 is left no earlier than its leader would have proposed (collection complete or the collect
     deadline), so the next leader builds its list from the same payloads. If every leader is absent
@@ -138,7 +148,8 @@ def skip_absent_leaders(
     if all(_leader_absent(p, trust_silence, me) for p in order):
         return epoch
     target = epoch
-    while _leader_absent(designated_leader(order, target), trust_silence, me) or _forged(rnd, order, target):
+    while (_leader_absent(designated_leader(order, target), trust_silence, me) or _forged(rnd, order, target)
+           or _denied(rnd, order, target)):
         if target == 0 and not collection_over(rnd, roster, banned, me):
             break
         target += 1

@@ -260,6 +260,21 @@ class RoundMachine:
         self._advance(me, out)
         return out
 
+    def on_payload_denied(self, step: int, author: str, now: float) -> list[Action]:
+        """``author`` answered that it does not hold the payload it signed for ``step``. An honest author
+        keeps its own until the step is decided, so this is our evidence that it withholds it: an epoch it
+        leads is left at once (:func:`.epochs.skip_absent_leaders`), so a withholding leader costs the time to
+        ask it, not a leader timeout. Local evidence, like silence: it moves only which epochs we skip, never
+        what is decided. Nobody else can check it, so nobody is penalised for it."""
+        me = self._tick(now)
+        out: list[Action] = []
+        rnd = self._window.rounds.get(step)
+        roster = self._window.rosters.get(step)
+        if rnd is not None and rnd.decided is None and roster is not None and author in roster.peers:
+            rnd.denied.add(author)
+        self._advance(me, out)
+        return out
+
     def on_forged_proposal(self, step: int, epoch: int, leader: str, now: float) -> list[Action]:
         """``leader`` published a list for ``step`` whose entries their authors did not sign; the gossip door
         refused it (protocol/codec.py), so it never arrives here as a message. Its epoch can decide nothing,

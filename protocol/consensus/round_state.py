@@ -48,6 +48,7 @@ class RoundState:
     checked: set[tuple[int, str]] = field(default_factory=set)  # proposals already checked vs the roster
     below_quorum: set[bytes] = field(default_factory=set)  # list digests we refused for too few payloads
     forged: set[tuple[int, str]] = field(default_factory=set)  # (epoch, leader) whose list forged entries
+    denied: set[str] = field(default_factory=set)  # authors that said they lack their own signed payload
     justifications: dict[tuple[int, str], tuple[int, Endorsements]] = field(default_factory=dict)  # pols
     promised: int = -1
     prevoted: int = -1

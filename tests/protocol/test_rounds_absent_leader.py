@@ -149,3 +149,31 @@ def test_swarm_skips_a_crashed_leader_once_it_is_known_dead() -> None:
     # starts after that wait and is handed over as soon as the silence counts, not 3 s after its start.
     assert r.decided_at[step] - r.decided_at[step - 1] < 2.0
     assert s.disagreements() == [] and len({s.replicas[p].weights for p in rest}) == 1
+
+
+def test_a_leader_that_denies_its_own_payload_loses_its_epoch_at_once() -> None:
+    """The withhold attack: the epoch-0 leader announced a payload and answers NOT_FOUND for it. Its epoch
+    is left as soon as everyone else is in, not after the collect deadline and a leader timeout."""
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[1])  # leads epoch 1
+    m.on_message(ann(order[0], 0), 0.05)
+    out = feed_all(m, 0, 0.1, order[1:])
+    assert statuses(out) == []  # the leader's payload is still expected
+    out = m.on_payload_failed(0, order[0], ann(order[0], 0).payload_hash, 0.2)
+    out += m.on_payload_denied(0, order[0], 0.2)
+    assert [st.epoch for st in statuses(out)] == [1]  # 0.2 s in, against a 2 s collect deadline
+    for p in order[2:]:
+        out = m.on_message(Status(RUN_ID, 0, 1, p), 0.25)
+    lst = published(out, InclusionList)[0]
+    assert (lst.epoch, lst.leader, lst.peers) == (1, order[1], tuple(sorted(order[1:])))
+    out = votes_from(m, lst, order[2:], 0.3)
+    assert [a.step for a in of(out, ApplyInclusionList)] == [0]
+
+
+def test_a_denial_from_a_stranger_or_for_a_decided_step_changes_nothing() -> None:
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[1])
+    m.on_message(ann(order[0], 0), 0.05)
+    feed_all(m, 0, 0.1, order[1:])
+    assert statuses(m.on_payload_denied(0, "12D3KooWStrangerNotInTheRoster", 0.2)) == []
+    assert statuses(m.on_payload_denied(7, order[0], 0.2)) == []  # no round open for that step
