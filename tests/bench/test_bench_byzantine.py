@@ -34,7 +34,10 @@ def test_byzantine_bench_quick(tmp_path: Path) -> None:
     more = configs[MORE]
     for events in more["round_events"].values():
         assert events.get("conflicting_claim", 0) > 0, events  # counted, never answered with a resync
-        assert events.get("resyncs_requested", 0) == 0 and events.get("rounds_stalled", 0) == 0, events
+        assert events.get("resyncs_requested", 0) == 0, events
+        # Every step decided and applied. A round may still stall for a moment (every leader had an epoch):
+        # seen once in a CI run on 2 busy cores (epochs up to 6, decided there), never in 13 runs here.
+        assert events.get("rounds_decided") == events.get("rounds_applied") == 6, events
     refused = more["requests_refused"]
     assert all(r.get("state_meta", 0) > 0 for r in refused.values()), refused
     assert set(more["adversary_reports"]["attacker0"]) >= {"withhold", "conflicting-claim", "meta-flood"}
