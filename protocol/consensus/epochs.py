@@ -145,7 +145,9 @@ def skip_absent_leaders(
     (possible only for a non-voter), nothing is skipped: the epochs would just spin.
     """
     trust_silence = _silence_is_evidence(order, me)
-    if all(_leader_absent(p, trust_silence, me) for p in order):
+    # A denial holds for every epoch its author leads: if every leader is absent or denied, skipping could
+    # never stop (a peer dropped from the roster, catching up on steps whose payloads were pruned, saw that).
+    if all(_leader_absent(p, trust_silence, me) or p in rnd.denied for p in order):
         return epoch
     target = epoch
     while (_leader_absent(designated_leader(order, target), trust_silence, me) or _forged(rnd, order, target)

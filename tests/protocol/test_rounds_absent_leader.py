@@ -177,3 +177,17 @@ def test_a_denial_from_a_stranger_or_for_a_decided_step_changes_nothing() -> Non
     feed_all(m, 0, 0.1, order[1:])
     assert statuses(m.on_payload_denied(0, "12D3KooWStrangerNotInTheRoster", 0.2)) == []
     assert statuses(m.on_payload_denied(7, order[0], 0.2)) == []  # no round open for that step
+
+
+def test_denials_by_every_leader_do_not_spin_the_epochs() -> None:
+    """A peer outside the roster (dropped while cut off) catching up on a step whose payloads their authors
+    already pruned: every leader of the order denies. Skipping must stop, not loop for ever."""
+    order = leader_order(RUN_ID, 0, PEERS)
+    outsider = "12D3KooWOutsiderDroppedWhileCutOffxxxxxxxxxxxxxxxxx"
+    m = machine(outsider)
+    for p in order:
+        m.on_message(ann(p, 0), 0.05)
+    out: list[object] = []
+    for p in order:
+        out += m.on_payload_denied(0, p, 2.5)  # past the collect deadline
+    assert all(st.epoch < len(order) for st in statuses(out))
