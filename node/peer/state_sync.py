@@ -236,9 +236,10 @@ async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState
             await trio.sleep(1.0)
             continue
         errors: list[str] = []
-        if ctx.chain is not None:  # a resyncing peer keeps its own anchor but refreshes its chain
-            chained = await _chain_anchor(ctx, ctx.chain, donors, errors)
-            anchor = anchor if ctx.round_view() is not None else chained
+        # A newcomer's anchor comes from its chain. A resyncing peer keeps its own and asks for no chain: a
+        # chain request to a peer across a link that is still down held every resync attempt 20 s longer.
+        if ctx.chain is not None and ctx.round_view() is None:
+            anchor = await _chain_anchor(ctx, ctx.chain, donors, errors)
         enough = _attested_by(ctx, anchor)
         metas = await _describe(ctx, donors, bootstrap if genesis else None, errors, enough)
         if not metas:
