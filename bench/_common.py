@@ -134,14 +134,7 @@ def meta_model(preset_name: str) -> torch.nn.Module:
 
 
 def header_for(spec: PayloadSpec, *, step: int = STEP, peer_id: str = PEER_ID) -> Header:
-    return Header(
-        run_id=RUN_ID,
-        step=step,
-        peer_id=peer_id,
-        strategy=spec.strategy,
-        layout_digest=spec.layout_digest,
-        settings_digest=spec.settings_digest(),
-    )
+    return Header.of(spec, RUN_ID, step, peer_id)
 
 
 def random_payload(spec: PayloadSpec, rng: np.random.Generator) -> Payload:

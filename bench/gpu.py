@@ -96,7 +96,7 @@ def part_doctor(args: argparse.Namespace) -> dict[str, Any]:
                 "--device", "cuda", "--batch-size", str(s["batch_size"]), "--seq-len", str(s["seq_len"]),
                 "--listen", "/ip4/127.0.0.1/tcp/0"], args.limit,
                env={"DISTRO_NODE_RUN__GRAD_ACCUM": str(s["grad_accum"])})
-    out = run.pop("output")
+    out = run["output"]
     try:
         report = json.loads(out[out.index("{"):])
     except ValueError:

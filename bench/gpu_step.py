@@ -27,7 +27,7 @@ from _common import RESULTS_DIR, write_json
 from distro_node.compression.payload import Header
 from distro_node.compression.wire import encode
 from distro_node.node.data.sampling import sample_batch
-from distro_node.node.device import select_device, select_precision, synchronize
+from distro_node.node.device import autocast, select_device, select_precision, synchronize
 from distro_node.node.model import next_token_loss, param_count
 from distro_node.node.peer.local import LocalSettings
 from distro_node.node.peer.manifest import RunManifest
@@ -58,7 +58,7 @@ def micro_batch_memory(trainer: Trainer, sizes: list[int]) -> list[dict[str, Any
                                        batch_size=size, seq_len=m.seq_len)
         try:
             start = time.perf_counter()
-            with trainer._autocast():
+            with autocast(trainer.device.type, trainer.local.precision)():
                 loss = next_token_loss(work(inputs.to(trainer.device)), targets.to(trainer.device))
             loss.backward()
             del loss
@@ -91,8 +91,7 @@ def one_step(trainer: Trainer, step: int, apply_peers: int) -> dict[str, Any]:
     strategy.post_backward(step)
     row: dict[str, Any] = {"step": step, "loss": loss, **trainer.last_phases}
     payload, row["prepare"] = _timed(device, strategy.prepare, step)
-    header = Header(run_id=trainer.run_id, step=step, peer_id=trainer.peer_id, strategy=trainer.spec.strategy,
-                    layout_digest=trainer.spec.layout_digest, settings_digest=trainer.spec.settings_digest())
+    header = Header.of(trainer.spec, trainer.run_id, step, trainer.peer_id)
     data, row["encode"] = _timed(device, encode, header, payload, trainer.spec)
     decoded, row["decode"] = _timed(device, trainer.decode, data, trainer.peer_id, step)
     # The same decoded payload under several peer ids: the aggregation cost of a step with that many.

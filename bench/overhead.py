@@ -70,7 +70,7 @@ def measure(preset_name: str, peers: int, batch: int, repeats: int, threads: int
         prepare_s.append(time.perf_counter() - t0)
         for i, s in enumerate(strategies):
             p = payload if i == 0 else s.prepare(step)
-            header = Header(run_id, step, f"p{i}", spec.strategy, spec.layout_digest, spec.settings_digest())
+            header = Header.of(spec, run_id, step, f"p{i}")
             blobs[f"p{i}"] = encode(header, p, spec)
         t0 = time.perf_counter()
         decoded = {pid: decode(b, spec, run_id=run_id, sender=pid, step=step)[1] for pid, b in blobs.items()}

@@ -62,3 +62,9 @@ class Header:
     layout_digest: bytes
     settings_digest: bytes
     version: int = FORMAT_VERSION
+
+    @classmethod
+    def of(cls, spec: PayloadSpec, run_id: bytes, step: int, peer_id: str) -> Header:
+        """The envelope of ``peer_id``'s payload for ``step`` under ``spec``: every sender builds it so."""
+        return cls(run_id=run_id, step=step, peer_id=peer_id, strategy=spec.strategy,
+                   layout_digest=spec.layout_digest, settings_digest=spec.settings_digest())

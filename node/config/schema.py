@@ -102,13 +102,14 @@ class NetworkConfig(Section):
     )
     attest_every_steps: int = field(
         default=100,
-        metadata=doc("permissioned runs: sign the round state at every this many steps (and whenever the "
-                     "active peers change), so joiners can check the roster from the founder on"),
+        metadata=doc("runs whose manifest names a root (a permissioned run's founder, an open run's "
+                     "genesis): sign the round state at every this many steps (and whenever the active peers "
+                     "change), so joiners can check the roster from the root on"),
     )
     max_link_steps: int = field(
         default=10_000,
-        metadata=doc("permissioned runs: a roster vouches for states at most this many steps after its own "
-                     "(several times attest_every_steps)"),
+        metadata=doc("runs whose manifest names a root: a roster vouches for states at most this many steps "
+                     "after its own (several times attest_every_steps)"),
     )
 
     def check(self) -> None:

@@ -54,8 +54,7 @@ def _probe_seconds(strategy: str, settings: StrategyConfig, peers: int) -> float
         strat.post_backward(step)
         payload = strat.prepare(step)
         if payload is not None:
-            header = Header(run_id=_PROBE_RUN, step=step, peer_id="probe", strategy=spec.strategy,
-                            layout_digest=spec.layout_digest, settings_digest=spec.settings_digest())
+            header = Header.of(spec, _PROBE_RUN, step, "probe")
             _, payload = decode(encode(header, payload, spec), spec, run_id=_PROBE_RUN, sender="probe",
                                 step=step)
             strat.apply(step, {f"peer-{i:04d}": payload for i in range(peers)})

@@ -132,10 +132,7 @@ class Trainer:
         payload = self.strategy.prepare(step)
         data = None
         if payload is not None:
-            header = Header(run_id=self.run_id, step=step, peer_id=self.peer_id, strategy=self.spec.strategy,
-                            layout_digest=self.spec.layout_digest,
-                            settings_digest=self.spec.settings_digest())
-            data = encode(header, payload, self.spec)
+            data = encode(Header.of(self.spec, self.run_id, step, self.peer_id), payload, self.spec)
         t2 = time.perf_counter()
         return Computed(step, loss, data, weights_hash, {"compute": t1 - t0, "prepare": t2 - t1})
 

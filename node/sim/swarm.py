@@ -128,14 +128,7 @@ class SimulatedSwarm:
             payload = peer.strategy.prepare(s)
             t2 = time.perf_counter()
             if payload is not None:
-                header = Header(
-                    run_id=self.run_id,
-                    step=s,
-                    peer_id=peer.peer_id,
-                    strategy=self._spec.strategy,
-                    layout_digest=self._spec.layout_digest,
-                    settings_digest=self._spec.settings_digest(),
-                )
+                header = Header.of(self._spec, self.run_id, s, peer.peer_id)
                 injector = self.injectors.get(peer.peer_id)
                 if injector is None:
                     messages = [encode(header, payload, self._spec)]

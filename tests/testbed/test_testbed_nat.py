@@ -3,19 +3,17 @@ what it should, with real TCP between namespaces. Needs root, ip, tc and nft (sk
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
-from distro_node.node.testbed import nat
 from distro_node.node.testbed.debian import install_missing
 from distro_node.node.testbed.nat import Nat
 from distro_node.node.testbed.netns import HOME, Network
 
 # Debian's nftables is installed here when missing (as root, node/testbed/debian.py), so CI runs these.
-_NO_NFT = install_missing(("nft",), "nftables") if os.geteuid() == 0 else nat.available()
+_NO_NFT = install_missing(("nft",), "nftables")
 pytestmark = pytest.mark.skipif(_NO_NFT is not None, reason=str(_NO_NFT))
 
 PORT = 4100  # inside the test's own namespaces: nothing else listens there
