@@ -13,6 +13,7 @@ terms are exact element counts.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from distro_node.node.doctor.report import FAIL, PASS, WARN, Check, human_bytes
 from distro_node.node.model import ModelConfig, param_count
@@ -155,16 +156,25 @@ def check_accelerator_memory(preset_name: str, device_need: MemoryEstimate, host
     details = {"preset": preset_name, "device": device_need.to_dict(), "host": host_need.to_dict(),
                "available_bytes": available[0], "available_source": available[1],
                "host_available_bytes": host_available[0], "host_available_source": host_available[1]}
-    shrink = "raise run.grad_accum or lower run.seq_len (activations), or use a smaller preset"
     halves = ((device_need, available[0]), (host_need, host_available[0]))
     worst = max((need.total / room for need, room in halves if room), default=None)
     if worst is None:
         return Check("memory", WARN, summary, hint="pass --memory-gb to compare against the device's memory",
                      details=details)
-    if worst > 1.0:
-        return Check("memory", FAIL, summary, hint=f"does not fit: {shrink}", details=details)
-    if worst > WARN_FRACTION:
-        return Check("memory", WARN, summary, hint=f"over {WARN_FRACTION:.0%} of available memory: {shrink}",
+    return _verdict(worst, summary, details)
+
+
+_SHRINK = ("use a smaller preset, raise run.grad_accum or lower run.seq_len (activations), or a machine with "
+           "more memory")
+
+
+def _verdict(share: float, summary: str, details: dict[str, Any]) -> Check:
+    """FAIL above what is available (``share`` > 1), WARN above :data:`WARN_FRACTION` of it, else PASS."""
+    if share > 1.0:
+        return Check("memory", FAIL, summary, hint=f"does not fit: {_SHRINK}", details=details)
+    if share > WARN_FRACTION:
+        return Check("memory", WARN, summary,
+                     hint=f"over {WARN_FRACTION:.0%} of available memory, little headroom: {_SHRINK}",
                      details=details)
     return Check("memory", PASS, summary, details=details)
 
@@ -205,15 +215,4 @@ def check_memory(
             hint="pass --memory-gb to compare against what this machine has", details=details,
         )
     summary = f"{need} of {human_bytes(available)} available [{source}]: {parts}"
-    shrink = (
-        "use a smaller preset, raise run.grad_accum or lower run.seq_len (activations), or a machine with "
-        "more memory"
-    )
-    if fp32.total > available:
-        return Check("memory", FAIL, summary, hint=f"does not fit: {shrink}", details=details)
-    if fp32.total > WARN_FRACTION * available:
-        return Check(
-            "memory", WARN, summary,
-            hint=f"over {WARN_FRACTION:.0%} of available memory, little headroom: {shrink}", details=details,
-        )
-    return Check("memory", PASS, summary, details=details)
+    return _verdict(fp32.total / available if available else float("inf"), summary, details)
