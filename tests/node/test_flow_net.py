@@ -1,0 +1,56 @@
+"""The fluid link model: max-min shares, event times and byte counts against hand-computed cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from distro_node.node.sim.flow_net import FlowModelError, FlowNetwork, Line, Transfer, max_min_rates
+
+
+def _rates(pairs: list[tuple[int, int]], up: list[float], down: list[float]) -> list[float]:
+    src = np.array([p[0] for p in pairs], dtype=np.int64)
+    dst = np.array([p[1] for p in pairs], dtype=np.int64)
+    return [round(float(r), 6) for r in max_min_rates(src, dst, np.array(up), np.array(down))]
+
+
+def test_one_uplink_is_shared_equally() -> None:
+    assert _rates([(0, 1), (0, 2), (0, 3)], [9, 100, 100, 100], [100] * 4) == [3, 3, 3]
+
+
+def test_a_transfer_limited_elsewhere_leaves_its_share_to_the_others() -> None:
+    # Peer 0 uploads 10 to peers 1 and 2; peer 2's downlink (2) also carries a transfer from peer 3, so
+    # 0 -> 2 gets 1 and 0 -> 1 takes the other 9 of peer 0's uplink.
+    assert _rates([(0, 1), (0, 2), (3, 2)], [10, 100, 100, 100], [100, 100, 2, 100]) == [9, 1, 1]
+
+
+def test_downlink_bound() -> None:
+    assert _rates([(1, 0), (2, 0)], [1, 50, 50], [10, 100, 100]) == [5, 5]
+
+
+def test_network_times_and_bytes() -> None:
+    net = FlowNetwork([Line(up=10, down=100), Line(up=10, down=100), Line(up=10, down=100)])
+    a, b = Transfer(0, 1, 50), Transfer(0, 2, 100)
+    net.start(a)
+    net.start(b)
+    t = net.next_finish()
+    assert t == pytest.approx(10.0)  # both at 5/s: a ends after 50 bytes
+    assert net.advance(t) == [a]
+    t = net.next_finish()
+    assert t == pytest.approx(15.0)  # b alone at 10/s for its last 50 bytes
+    assert net.advance(t) == [b]
+    assert net.next_finish() is None
+    assert net.uploaded[0] == pytest.approx(150)
+    assert net.downloaded[2] == pytest.approx(100)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: Line(up=0, down=1),
+    lambda: Line.mbit(10, 10, efficiency=1.5),
+    lambda: FlowNetwork([]),
+    lambda: FlowNetwork([Line(1, 1)]).start(Transfer(0, 1, 5)),
+    lambda: FlowNetwork([Line(1, 1), Line(1, 1)]).start(Transfer(1, 1, 5)),
+    lambda: Transfer(0, 1, -1),
+])
+def test_bad_input_is_a_typed_error(bad: object) -> None:
+    with pytest.raises(FlowModelError):
+        bad()  # type: ignore[operator]
