@@ -1,0 +1,294 @@
+"""Which piece of a payload to ask which holder for next: a pure state machine (no trio, no libp2p).
+
+Why pure: the same decisions drive the daemon's fetch (protocol/swarm_fetch.py) and a flow-level model of
+a whole swarm, so time is an argument and nothing here waits or sends. The caller feeds state in and acts on
+the decisions it gets back:
+
+    sched = PieceScheduler(size, have=(), config=ScheduleConfig(), order_key=b"...")
+    sched.holder_has("origin", ALL)                     # or a set of piece indices, as holders report them
+    for req in sched.next_requests(now):                # Request(id, holder, candidates)
+        ... ask req.holder for one of req.candidates ...
+    sched.piece_started(req.id, piece, now)             # the holder's reply names the piece it sends
+    sched.piece_done(req.id, now)                       # verified and kept: we hold it, and can serve it
+    sched.request_failed(req.id, now, Failure.BUSY)     # or LOST / LYING; holder_failed(h) drops a holder
+    sched.overdue(now)                                  # requests to cancel (and then report LOST)
+
+Rules, and why:
+- A request names up to ``choices`` candidate pieces and the *holder* picks one (:func:`pick_to_serve`:
+  the one it has uploaded least, and no repeat while its uplink is busy). The origin of a payload is the
+  only holder at first and often the slowest uplink; letting it pick is what makes it send each piece about
+  once while the fetchers trade the rest.
+- Candidates of requests in flight are disjoint and never include a piece we have or are receiving, so no
+  byte is downloaded twice (amplification 1.0) unless a stalled request is cancelled (:meth:`overdue`).
+- Rarest first (fewest holders), ties broken by an order private to this fetcher (``order_key``), so
+  fetchers of one payload start on different pieces.
+- Holders are tried best first: connection class (``conn_class``: 0 direct, higher later; another layer
+  decides it), then the time a piece would take there given the measured rate and the requests already
+  queued on it, its own reported uploads included. At most ``max_in_flight`` requests per holder.
+- A holder that failed, or sent bytes that do not verify, is dropped at once and its pieces re-offered.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .pieces import PIECE_BYTES, piece_count, piece_span
+
+ALL: Literal["all"] = "all"
+
+
+class Failure(enum.Enum):
+    BUSY = "busy"  # at its upload limit: back off, then try again
+    LOST = "lost"  # timeout, reset, cancelled as overdue: the holder keeps its chance after a back-off
+    LYING = "lying"  # bytes that fail verification, a piece not asked for: never asked again
+    GONE = "gone"  # does not have it after all, or is unreachable: dropped
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    max_in_flight: int = 2  # requests per holder at once: one queued behind the one sending
+    # Candidates named per request (the wire's cap): wide, so a holder can always pick a piece it has not
+    # sent yet; they are reserved only until its reply names the piece (one round trip).
+    choices: int = 16
+    prior_rate: float = 1.0e6  # bytes/s assumed for a holder not yet measured
+    rate_smoothing: float = 0.5  # weight of the newest measurement in the moving average
+    backoff: float = 0.1  # seconds a BUSY or LOST holder rests
+    overdue_factor: float = 4.0  # a request is overdue after this times its expected time ...
+    overdue_floor: float = 2.0  # ... and never before this many seconds
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight < 1 or self.choices < 1:
+            raise ValueError("ScheduleConfig.max_in_flight and choices must be >= 1")
+        for name in ("prior_rate", "backoff", "overdue_factor", "overdue_floor"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ScheduleConfig.{name} must be > 0")
+        if not 0 < self.rate_smoothing <= 1:
+            raise ValueError("ScheduleConfig.rate_smoothing must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class Request:
+    id: int
+    holder: str
+    candidates: tuple[int, ...]
+
+
+@dataclass
+class _Holder:
+    pieces: set[int]
+    conn_class: int = 0
+    rate: float | None = None
+    uploads: int = 0  # uploads the holder reported busy with (all fetchers)
+    in_flight: set[int] = field(default_factory=set)  # request ids
+    resting_until: float = 0.0
+    dropped: bool = False
+
+
+@dataclass
+class _InFlight:
+    holder: str
+    candidates: tuple[int, ...]
+    sent_at: float
+    piece: int | None = None
+    started_at: float | None = None
+
+
+class PieceScheduler:
+    """Decisions for one payload fetched by one peer. See the module docstring for the protocol."""
+
+    def __init__(self, size: int, *, have: Iterable[int] = (), config: ScheduleConfig | None = None,
+                 order_key: bytes = b"") -> None:
+        self.config = config or ScheduleConfig()
+        self.size = size
+        self.count = piece_count(size)
+        self.have: set[int] = set()
+        for i in have:
+            self._check_index(i)
+            self.have.add(i)
+        self.holders: dict[str, _Holder] = {}
+        self._requests: dict[int, _InFlight] = {}
+        self._next_id = 0
+        self.received_bytes = 0  # every verified piece byte, a cancelled partial piece excluded
+        self._tiebreak = {i: hashlib.sha256(order_key + i.to_bytes(4, "big")).digest()
+                          for i in range(self.count)}
+
+    # --- state in -----------------------------------------------------------------------------------------
+
+    def holder_has(self, holder: str, pieces: Iterable[int] | Literal["all"], *, conn_class: int = 0,
+                   uploads: int | None = None, rate: float | None = None) -> None:
+        """A holder's (growing) have-set; unknown holders are added. Indices out of range are ignored."""
+        got = set(range(self.count)) if pieces == ALL else {i for i in pieces if 0 <= i < self.count}
+        h = self.holders.get(holder)
+        if h is None:
+            h = self.holders[holder] = _Holder(got, conn_class=conn_class, rate=rate)
+        else:
+            h.pieces |= got
+            h.conn_class = conn_class
+        if uploads is not None:
+            h.uploads = max(0, uploads)
+
+    def holder_failed(self, holder: str) -> list[int]:
+        """Drop ``holder`` for good; returns the ids of its requests, which the caller should cancel."""
+        h = self.holders.get(holder)
+        if h is None:
+            return []
+        h.dropped = True
+        ids = sorted(h.in_flight)
+        for rid in ids:
+            self._forget(rid)
+        return ids
+
+    # --- decisions out --------------------------------------------------------------------------------------
+
+    def next_requests(self, now: float) -> list[Request]:
+        """New requests to send now; empty when every free slot has nothing useful to ask for."""
+        out: list[Request] = []
+        reserved = self._reserved()
+        for name in self._ranked_holders(now):
+            h = self.holders[name]
+            while len(h.in_flight) < self.config.max_in_flight:
+                free = [i for i in h.pieces if i not in self.have and i not in reserved]
+                if not free:
+                    break
+                free.sort(key=self._rarity_key)
+                picks = tuple(free[: self.config.choices])
+                rid = self._next_id
+                self._next_id += 1
+                self._requests[rid] = _InFlight(name, picks, now)
+                h.in_flight.add(rid)
+                reserved.update(picks)
+                out.append(Request(rid, name, picks))
+        return out
+
+    def overdue(self, now: float) -> list[int]:
+        """Requests whose holder is far slower than expected: cancel them, then report ``Failure.LOST``."""
+        late = []
+        for rid, r in self._requests.items():
+            expected = self._expected_seconds(self.holders[r.holder], 0)
+            limit = max(self.config.overdue_floor, self.config.overdue_factor * expected)
+            if now - r.sent_at > limit:
+                late.append(rid)
+        return late
+
+    # --- events back ---------------------------------------------------------------------------------------
+
+    def piece_started(self, request_id: int, piece: int, now: float) -> bool:
+        """The holder named the piece it sends. False (and the caller drops the holder) if it is not one
+        of the request's candidates: the holder is lying or broken."""
+        r = self._requests.get(request_id)
+        if r is None:
+            return False
+        if piece not in r.candidates:
+            return False
+        r.piece, r.started_at = piece, now
+        return True
+
+    def piece_done(self, request_id: int, now: float) -> None:
+        """The piece arrived and verified: we hold it (and serve it from now on)."""
+        r = self._requests.get(request_id)
+        if r is None or r.piece is None:
+            return
+        h = self.holders[r.holder]
+        nbytes = piece_span(self.size, r.piece)[1]
+        elapsed = max(now - (r.started_at if r.started_at is not None else r.sent_at), 1e-6)
+        measured = nbytes / elapsed
+        a = self.config.rate_smoothing
+        h.rate = measured if h.rate is None else a * measured + (1 - a) * h.rate
+        if r.piece not in self.have:
+            self.have.add(r.piece)
+            self.received_bytes += nbytes
+        self._forget(request_id)
+
+    def request_failed(self, request_id: int, now: float, why: Failure) -> None:
+        r = self._requests.get(request_id)
+        if r is None:
+            return
+        h = self.holders[r.holder]
+        self._forget(request_id)
+        if why in (Failure.LYING, Failure.GONE):
+            self.holder_failed(r.holder)
+        else:
+            h.resting_until = max(h.resting_until, now + self.config.backoff)
+
+    # --- views ---------------------------------------------------------------------------------------------
+
+    @property
+    def complete(self) -> bool:
+        return len(self.have) == self.count
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._requests)
+
+    def missing_pieces(self) -> list[int]:
+        return [i for i in range(self.count) if i not in self.have]
+
+    def stuck(self) -> bool:
+        """True when no live holder has a piece we miss and nothing is in flight: waiting cannot help
+        unless a holder reports new pieces."""
+        if self.complete or self._requests:
+            return False
+        live = [h for h in self.holders.values() if not h.dropped]
+        return not any(i not in self.have for h in live for i in h.pieces)
+
+    def holder_rate(self, holder: str) -> float | None:
+        h = self.holders.get(holder)
+        return None if h is None else h.rate
+
+    # --- internals -----------------------------------------------------------------------------------------
+
+    def _check_index(self, i: int) -> None:
+        if not 0 <= i < self.count:
+            raise ValueError(f"piece {i} outside 0..{self.count - 1}")
+
+    def _reserved(self) -> set[int]:
+        out: set[int] = set()
+        for r in self._requests.values():
+            out.update(r.candidates if r.piece is None else (r.piece,))
+        return out
+
+    def _rarity_key(self, piece: int) -> tuple[int, bytes]:
+        holders = sum(1 for h in self.holders.values() if not h.dropped and piece in h.pieces)
+        return holders, self._tiebreak[piece]
+
+    def _expected_seconds(self, h: _Holder, extra: int) -> float:
+        rate = h.rate if h.rate is not None else self.config.prior_rate
+        return max(1, len(h.in_flight) + h.uploads + extra) * PIECE_BYTES / rate
+
+    def _ranked_holders(self, now: float) -> list[str]:
+        usable = [n for n, h in self.holders.items() if not h.dropped and h.resting_until <= now]
+        return sorted(usable, key=lambda n: (self.holders[n].conn_class,
+                                             self._expected_seconds(self.holders[n], 1), n))
+
+    def _forget(self, request_id: int) -> None:
+        r = self._requests.pop(request_id, None)
+        if r is not None:
+            self.holders[r.holder].in_flight.discard(request_id)
+
+
+class Decline(enum.Enum):
+    NOT_HELD = "not_held"  # holds none of the candidates
+    BUSY = "busy"  # every upload slot taken, or only repeats left while it is uploading anyway
+
+
+def pick_to_serve(candidates: Iterable[int], have: Iterable[int], started: Mapping[int, int], *,
+                  uploading: int, slots: int) -> int | Decline:
+    """The holder's side of a request: of the candidates it holds, the piece it has started uploading
+    least often (ties: the fetcher's order). A piece it already sent once is sent again only when its
+    uplink is otherwise idle: the fetchers that got the first copy serve it, and a slow origin's uplink
+    stays on pieces nobody has yet (the flow model in tests/protocol/test_swarm_schedule.py: a 2 Mbit/s
+    origin sent 1.7x its payload without this rule, 1.09x with it)."""
+    held = set(have)
+    options = [i for i in candidates if i in held]
+    if not options:
+        return Decline.NOT_HELD
+    if uploading >= slots:
+        return Decline.BUSY
+    best = min(options, key=lambda i: started.get(i, 0))
+    if uploading > 0 and started.get(best, 0) > 0:
+        return Decline.BUSY
+    return best

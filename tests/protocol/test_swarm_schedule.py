@@ -1,0 +1,190 @@
+"""The pure piece scheduler: disjoint requests, rarest first, holder ranking, failures, a simulated swarm."""
+
+from __future__ import annotations
+
+import pytest
+from distro_node.protocol.pieces import PIECE_BYTES, piece_span
+from distro_node.protocol.swarm_schedule import (
+    ALL,
+    Decline,
+    Failure,
+    PieceScheduler,
+    ScheduleConfig,
+    pick_to_serve,
+)
+
+SIZE = 12 * PIECE_BYTES - 1000  # 12 pieces, the last one short
+
+
+def test_requests_are_disjoint_and_skip_held_pieces() -> None:
+    s = PieceScheduler(SIZE, have=[0, 1], config=ScheduleConfig(choices=2))
+    s.holder_has("a", ALL)
+    s.holder_has("b", ALL)
+    reqs = s.next_requests(0.0)
+    assert len(reqs) == 4  # two holders, two slots each
+    named = [p for r in reqs for p in r.candidates]
+    assert len(named) == len(set(named))
+    assert not {0, 1} & set(named)
+    assert s.next_requests(0.0) == []  # every slot busy
+
+
+def test_endgame_asks_nobody_twice_for_a_piece_in_flight() -> None:
+    s = PieceScheduler(SIZE, have=range(11), config=ScheduleConfig(max_in_flight=4))
+    for h in "abc":
+        s.holder_has(h, ALL)
+    (only,) = s.next_requests(0.0)
+    assert only.candidates == (11,)
+    assert s.next_requests(1.0) == []
+    assert s.piece_started(only.id, 11, 1.0)
+    s.piece_done(only.id, 1.5)
+    assert s.complete and s.received_bytes == piece_span(SIZE, 11)[1]
+
+
+def test_rarest_piece_first() -> None:
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, choices=1))
+    s.holder_has("origin", ALL)
+    s.holder_has("b", set(range(11)))  # everything but piece 11: 11 is the rarest
+    s.holder_has("c", set(range(11)))
+    firsts = {r.holder: r.candidates for r in s.next_requests(0.0)}
+    assert 11 in [p for c in firsts.values() for p in c]
+    assert firsts["origin"] == (11,)
+
+
+def test_fast_holder_ranked_before_slow_and_direct_before_relayed() -> None:
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, choices=1))
+    s.holder_has("slow", ALL, rate=1e5)
+    s.holder_has("fast", ALL, rate=1e7)
+    s.holder_has("relayed", ALL, rate=1e9, conn_class=2)
+    order = [r.holder for r in s.next_requests(0.0)]
+    assert order == ["fast", "slow", "relayed"]
+
+
+def test_lying_holder_is_dropped_and_its_pieces_reoffered() -> None:
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1))
+    s.holder_has("liar", ALL, rate=1e9)
+    s.holder_has("honest", ALL, rate=1e3)
+    (bad,) = s.next_requests(0.0)  # the fast one is asked first, for every piece: the honest one waits
+    assert bad.holder == "liar" and len(bad.candidates) == 12
+    assert not s.piece_started(bad.id, 99, 0.1)  # names a piece it was not asked for
+    s.request_failed(bad.id, 0.1, Failure.LYING)
+    assert s.holders["liar"].dropped
+    (more,) = s.next_requests(0.2)
+    assert more.holder == "honest" and set(more.candidates) == set(bad.candidates)
+    assert s.next_requests(5.0) == []  # the liar is never asked again
+
+
+def test_busy_holder_rests_then_gets_asked_again() -> None:
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, backoff=0.5))
+    s.holder_has("a", ALL)
+    (r,) = s.next_requests(0.0)
+    s.request_failed(r.id, 0.0, Failure.BUSY)
+    assert s.next_requests(0.1) == []
+    assert [x.holder for x in s.next_requests(0.6)] == ["a"]
+
+
+def test_failed_holder_cancels_its_requests_and_stuck_reports_no_source() -> None:
+    s = PieceScheduler(SIZE)
+    s.holder_has("a", ALL)
+    ids = [r.id for r in s.next_requests(0.0)]
+    assert s.holder_failed("a") == sorted(ids)
+    assert s.in_flight == 0 and s.stuck()
+    s.holder_has("b", {3})
+    assert not s.stuck()
+
+
+def test_overdue_request_is_reported_after_its_expected_time() -> None:
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=1.0, overdue_factor=4.0))
+    s.holder_has("a", ALL, rate=PIECE_BYTES)  # one piece per second: 4 s allowed
+    (r,) = s.next_requests(0.0)
+    assert s.overdue(3.9) == []
+    assert s.overdue(4.1) == [r.id]
+
+
+def test_pick_to_serve_prefers_first_copies_and_no_repeat_while_busy() -> None:
+    assert pick_to_serve([3, 4, 5], range(12), {3: 1}, uploading=0, slots=2) == 4
+    assert pick_to_serve([3], [0, 1], {}, uploading=0, slots=2) is Decline.NOT_HELD
+    assert pick_to_serve([3, 4], range(12), {}, uploading=2, slots=2) is Decline.BUSY
+    assert pick_to_serve([3], range(12), {3: 1}, uploading=1, slots=2) is Decline.BUSY
+    assert pick_to_serve([3], range(12), {3: 1}, uploading=0, slots=2) == 3  # idle: a repeat is fine
+
+
+def test_config_refuses_nonsense() -> None:
+    with pytest.raises(ValueError):
+        ScheduleConfig(max_in_flight=0)
+    with pytest.raises(ValueError):
+        ScheduleConfig(rate_smoothing=0.0)
+
+
+# --- a tiny flow model: uplinks shared fairly among a holder's uploads, downlinks unlimited ---------------
+
+
+def _simulate(ups: list[float], size: int, *, every_peer: bool, slots: int = 2, dt: float = 0.005,
+              limit: float = 60.0) -> tuple[float, list[float], dict[tuple[int, int], float]]:
+    """Peer 0's payload (or every peer's) fetched by every other peer, holders answering by pick_to_serve.
+    Returns the time the last fetch completed, each peer's uploaded bytes, and each fetch's downloaded
+    bytes by (origin, fetcher)."""
+    n = len(ups)
+    count = PieceScheduler(size).count
+    origins = range(n) if every_peer else range(1)
+    have = {(o, i): set(range(count)) if o == i else set() for o in origins for i in range(n)}
+    started: dict[tuple[int, int], dict[int, int]] = {k: {} for k in have}
+    scheds = {(o, i): PieceScheduler(size, order_key=bytes([o, i]))
+              for o in origins for i in range(n) if i != o}
+    flows: list[list] = []  # [(origin, fetcher), request id, holder, piece, bytes left]
+    uploaded = [0.0] * n
+    downloaded = dict.fromkeys(scheds, 0.0)
+    t = 0.0
+    while t < limit and not all(s.complete for s in scheds.values()):
+        load = [0] * n
+        for f in flows:
+            load[f[2]] += 1
+        for (o, i), s in scheds.items():
+            for j in range(n):
+                if j != i:
+                    s.holder_has(str(j), have[(o, j)], uploads=load[j])
+            for r in s.next_requests(t):
+                j = int(r.holder)
+                got = pick_to_serve(r.candidates, have[(o, j)], started[(o, j)], uploading=load[j],
+                                    slots=slots)
+                if got is Decline.BUSY:
+                    s.request_failed(r.id, t, Failure.BUSY)
+                    continue
+                assert isinstance(got, int)
+                started[(o, j)][got] = started[(o, j)].get(got, 0) + 1
+                assert s.piece_started(r.id, got, t)
+                flows.append([(o, i), r.id, j, got, float(piece_span(size, got)[1])])
+                load[j] += 1
+        t += dt
+        for f in flows:
+            step = min(f[4], ups[f[2]] * dt / load[f[2]])
+            f[4] -= step
+            uploaded[f[2]] += step
+            downloaded[f[0]] += step
+        for f in [f for f in flows if f[4] <= 1e-9]:
+            flows.remove(f)
+            scheds[f[0]].piece_done(f[1], t)
+            have[f[0]].add(f[3])
+    return t, uploaded, downloaded
+
+
+MBIT = 1e6 / 8
+SWARM_PAYLOAD = 1_450_000
+
+
+def test_slow_origin_sends_each_piece_about_once_in_an_eight_peer_swarm() -> None:
+    ups = [2 * MBIT] + [10 * MBIT] * 7  # the origin has the slowest uplink
+    t, uploaded, downloaded = _simulate(ups, SWARM_PAYLOAD, every_peer=False)
+    origin_bound = SWARM_PAYLOAD / ups[0]
+    assert t <= 1.2 * origin_bound, (t, origin_bound)
+    assert uploaded[0] <= 1.15 * SWARM_PAYLOAD
+    for got in downloaded.values():
+        assert got <= SWARM_PAYLOAD + 1  # no byte twice
+
+
+def test_equal_uplinks_every_payload_near_the_bound_with_even_upload() -> None:
+    ups = [10 * MBIT] * 8
+    t, uploaded, downloaded = _simulate(ups, SWARM_PAYLOAD, every_peer=True, dt=0.01)
+    bound = 7 * SWARM_PAYLOAD / ups[0]  # N(N-1) copies over N equal uplinks
+    assert t <= 1.15 * bound, (t, bound)
+    assert max(uploaded) <= 1.2 * (sum(uploaded) / len(uploaded))
+    assert max(downloaded.values()) <= SWARM_PAYLOAD + 1
