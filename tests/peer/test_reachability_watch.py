@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 
 import pytest
 import trio
@@ -34,3 +35,34 @@ def test_two_probers_make_a_loopback_node_public_and_say_so_once() -> None:
         assert events[0]["confirmed"] == [f"127.0.0.1:{port}"]
 
     trio.run(body)
+
+
+@pytest.mark.network
+def test_a_confirmed_address_is_advertised_once_and_an_unreachable_candidate_never() -> None:
+    async def body() -> None:
+        heard: list[list[str]] = []
+        async with start_hosts(3) as (node, a, b):
+            for prober in (a, b):
+                DialbackServer(prober, dial_timeout=3.0).install()
+                await node.connect(prober.peer_id, prober.addrs())
+            port = listen_ports(node)[0]
+            closed = _closed_port()
+            watch = ReachabilityWatch(node, Output("json", io.StringIO()), on_confirmed=heard.append)
+            watch.add_candidate(closed)
+            assert watch.ports() == [closed, port]
+            assert [str(x) for x in node.advertised_addrs()] == [str(x) for x in node.addrs()]
+            with trio.fail_after(WAIT * 2):
+                await watch.round()
+                await watch.round()
+            confirmed = f"/ip4/127.0.0.1/tcp/{port}"
+            assert heard == [[confirmed]]
+            assert watch.advertised == [confirmed]
+            assert str(node.advertised_addrs()[0]) == f"{confirmed}/p2p/{node.peer_id}"
+
+    trio.run(body)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
