@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 
 import trio
@@ -26,8 +27,41 @@ from distro_node.protocol.host import HostConfig, P2PHost, open_host
 from libp2p.crypto.ed25519 import create_new_key_pair
 from trio import TaskStatus  # type: ignore[attr-defined]  # exported, not listed in __all__
 
+from .netns import Network
+
 MAX_ROUNDS = 4
 ROUND_TIMEOUT_S = 60.0
+ANSWER_TIMEOUT_S = 120.0
+ROLES = [sys.executable, "-m", "distro_node.node.testbed.dialback_roles"]
+
+
+def start_probers(net: Network, i: int, procs: list[subprocess.Popen[str]]) -> list[str]:
+    """Two prober identities in peer i's namespace (appended to ``procs``, for the caller to stop); their
+    ``/p2p/`` addresses. They serve until their stdin closes."""
+    p = subprocess.Popen([*net.exec_prefix(i), *ROLES, "probers", net.address(i), "2"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    procs.append(p)
+    line = p.stdout.readline() if p.stdout is not None else ""  # EOF if it cannot start
+    if not line:
+        raise RuntimeError(f"probers exited with {p.wait(timeout=10)}")
+    return list(json.loads(line)["addrs"])
+
+
+def start_asker(net: Network, i: int, port: int, probers: list[str], procs: list[subprocess.Popen[str]],
+                *extra: str) -> subprocess.Popen[str]:
+    """An asker in peer i's namespace listening on all interfaces at ``port`` (appended to ``procs``)."""
+    argv = [*net.exec_prefix(i), *ROLES, "asker", f"/ip4/0.0.0.0/tcp/{port}", *extra, *probers]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    procs.append(p)
+    return p
+
+
+def answer(p: subprocess.Popen[str]) -> dict[str, object]:
+    """An asker's JSON result (bounded wait); RuntimeError if it failed."""
+    out, _ = p.communicate(timeout=ANSWER_TIMEOUT_S)
+    if p.returncode != 0 or not out.strip():
+        raise RuntimeError(f"asker exited with {p.returncode}")
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 async def serve_probes(ip: str, count: int) -> None:

@@ -5,22 +5,19 @@ otherwise)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 from distro_node.node.testbed.debian import install_missing
+from distro_node.node.testbed.dialback_roles import answer, start_asker, start_probers
 from distro_node.node.testbed.nat import Nat
 from distro_node.node.testbed.netns import HOME, Network
 
 _NO_NFT = install_missing(("nft",), "nftables")
 pytestmark = [pytest.mark.root, pytest.mark.skipif(_NO_NFT is not None, reason=str(_NO_NFT))]
 
-ROLES = [sys.executable, "-m", "distro_node.node.testbed.dialback_roles"]
 PORT = 4300  # inside the test's own namespaces: nothing else listens there
-WAIT_S = 120.0
 KINDS = {1: Nat("drop"), 2: Nat("reset"), 3: Nat("random"), 4: Nat("forward", PORT)}
 
 
@@ -34,37 +31,12 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
         p.wait(timeout=10)
 
 
-def start_probers(net: Network, i: int, procs: list[subprocess.Popen[str]]) -> list[str]:
-    """Two prober identities in peer i's namespace; their /p2p/ addresses."""
-    p = subprocess.Popen([*net.exec_prefix(i), *ROLES, "probers", net.address(i), "2"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
-    procs.append(p)
-    assert p.stdout is not None
-    line = p.stdout.readline()  # bounded: the process exits (EOF) if it cannot start
-    assert line, f"probers exited with {p.wait(timeout=10)}"
-    return list(json.loads(line)["addrs"])
-
-
-def start_asker(net: Network, i: int, probers: list[str], procs: list[subprocess.Popen[str]],
-                *extra: str) -> subprocess.Popen[str]:
-    argv = [*net.exec_prefix(i), *ROLES, "asker", f"/ip4/0.0.0.0/tcp/{PORT}", *extra, *probers]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    procs.append(p)
-    return p
-
-
-def answer(p: subprocess.Popen[str]) -> dict[str, object]:
-    out, _ = p.communicate(timeout=WAIT_S)
-    assert p.returncode == 0, f"asker exited with {p.returncode}"
-    return dict(json.loads(out.strip().splitlines()[-1]))
-
-
 def test_the_probe_calls_every_natd_peer_private_and_the_forwarded_one_public(
         procs: list[subprocess.Popen[str]]) -> None:
     with Network([HOME] * 5, nats=KINDS) as net:
         probers = start_probers(net, 0, procs)
         forwarded = f"/ip4/{net.address(4)}/tcp/{PORT}"
-        askers = {i: start_asker(net, i, probers, procs, *(["--announce", forwarded] if i == 4 else []))
+        askers = {i: start_asker(net, i, PORT, probers, procs, *(["--announce", forwarded] if i == 4 else []))
                   for i in KINDS}
         answers = {KINDS[i].kind: answer(p) for i, p in askers.items()}
     for kind in ("drop", "reset", "random"):
