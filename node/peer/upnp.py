@@ -111,7 +111,11 @@ class PortMapper:
         gateway.discoverdelay = self._discover_ms
 
         def find() -> None:
-            if gateway.discover() < 1:
+            try:
+                found = gateway.discover()
+            except Exception:  # miniupnpc raises (text "Success") instead of returning 0 when none answers
+                found = 0
+            if found < 1:
                 raise UpnpError("no UPnP device answered on the local network")
             gateway.selectigd()  # raises when none of them is an Internet Gateway Device
 
