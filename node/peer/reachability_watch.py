@@ -4,8 +4,9 @@ line.
 
 Why a watch and not one probe at start: the answer changes (a router reboots, port forwarding is set up,
 the first peers to answer may share our LAN), and it needs two distinct probers (protocol/reachability.py),
-who may connect only later. Each round asks up to ``PROBERS_PER_ROUND`` connected members, ours ports being
-the ones we listen on plus candidates (the external port a UPnP mapping opened, node/peer/upnp.py).
+who may connect only later (so rounds come sooner while there is no verdict). Each round asks up to
+``PROBERS_PER_ROUND`` connected members, our ports being the ones we listen on plus candidates (the
+external port a UPnP mapping opened, node/peer/upnp.py; a new one brings the next round forward).
 
 Only a confirmed address is advertised (``P2PHost.advertise_confirmed``): a UPnP mapping may exist and still
 be unreachable (a second NAT upstream, a firewall), so the router's word is never enough. When the confirmed
@@ -28,6 +29,7 @@ from .output import Output
 PROBERS_PER_ROUND = 2
 FIRST_ROUND_AFTER_S = 5.0
 ROUND_EVERY_S = 60.0
+UNKNOWN_ROUND_EVERY_S = 10.0
 
 
 def listen_ports(host: P2PHost) -> list[int]:
@@ -50,6 +52,7 @@ class ReachabilityWatch:
         self._report = report
         self._on_confirmed = on_confirmed
         self._candidates: list[int] = []
+        self._candidate_added = trio.Event()
         self.state = Reachability(config)
         self.verdict = "unknown"
         self.advertised: list[str] = []  # the confirmed transport addresses we advertise (no /p2p/)
@@ -58,17 +61,23 @@ class ReachabilityWatch:
         """Probe ``port`` too from the next round on (an external port some router mapped for us)."""
         if 1 <= port <= 65535 and port not in self._candidates:
             self._candidates.append(port)
+            self._candidate_added.set()
 
     def ports(self) -> list[int]:
         """What each round asks probers to dial: candidates first (they are what we hope to confirm)."""
         ours = [p for p in listen_ports(self._host) if p not in self._candidates]
         return [*self._candidates, *ours][:MAX_PROBE_PORTS]
 
-    async def run(self, first_after: float = FIRST_ROUND_AFTER_S, every: float = ROUND_EVERY_S) -> None:
+    async def run(self, first_after: float = FIRST_ROUND_AFTER_S, every: float = ROUND_EVERY_S,
+                  unknown_every: float = UNKNOWN_ROUND_EVERY_S) -> None:
+        """A round after ``first_after``, then every ``every`` seconds (``unknown_every`` while no verdict,
+        e.g. only one member was connected yet), and soon after a new candidate port arrives."""
         await trio.sleep(first_after)
         while True:
             await self.round()
-            await trio.sleep(every)
+            with trio.move_on_after(unknown_every if self.verdict == "unknown" else every):
+                await self._candidate_added.wait()
+            self._candidate_added = trio.Event()
 
     async def round(self) -> str:
         """Probe a few connected members; returns the verdict after their answers."""
