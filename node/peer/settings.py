@@ -8,9 +8,9 @@ Why a fourth, lowest layer (``LOCAL_DEFAULTS``): the node config's defaults desc
 without any config must keep working as it always did: several peers on one machine, each on loopback with a
 free port, a fresh identity, and nothing written to the home directory; a peer joining through a bootstrap
 peer on another machine listens on all interfaces (any free port) instead, since it takes part beyond this
-machine. So a field that no layer sets falls
-back to the local default below; a field set anywhere (file, env, flag) is honoured as set. ``data_dir``
-follows the same rule: unset means "no persistent state" (no identity file, no checkpoints).
+machine. So a field that no layer sets falls back to the local default below; a field set anywhere (file,
+env, flag) is honoured as set. ``data_dir`` follows the same rule: unset means "no persistent state" (no
+identity file, no checkpoints).
 """
 
 from __future__ import annotations

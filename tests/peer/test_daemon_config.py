@@ -70,3 +70,15 @@ def test_join_listens_on_all_interfaces_only_when_its_bootstrap_peer_is_elsewher
     given = load_join_settings(None, {"network.bootstrap": bootstrap or None,
                                       "network.listen": ("/ip4/127.0.0.1/tcp/5000",)}, env={})
     assert given.config.network.listen == ("/ip4/127.0.0.1/tcp/5000",)
+
+
+def test_upnp_is_on_unless_no_upnp_is_given() -> None:
+    from distro_node.node.cli.join import _flags
+    from distro_node.node.cli.main import build_parser
+
+    def upnp(*argv: str) -> bool:
+        args = build_parser().parse_args(["join", *argv])
+        return load_join_settings(None, _flags(args), env={}).config.network.upnp
+
+    assert upnp() is True
+    assert upnp("--no-upnp") is False

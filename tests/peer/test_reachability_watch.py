@@ -9,6 +9,7 @@ import socket
 
 import pytest
 import trio
+import trio.testing
 from distro_node.node.peer.output import Output
 from distro_node.node.peer.reachability_watch import ReachabilityWatch, listen_ports
 from distro_node.protocol.dialback import DialbackServer
@@ -66,3 +67,26 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_rounds_come_sooner_without_a_verdict_and_at_once_for_a_new_candidate() -> None:
+    times: list[float] = []
+
+    async def body() -> None:
+        watch = ReachabilityWatch(None, Output("json", io.StringIO()))  # type: ignore[arg-type]  # unused
+
+        async def round_() -> str:
+            times.append(trio.current_time())
+            watch.verdict = "unknown" if len(times) < 3 else "private"
+            return watch.verdict
+
+        watch.round = round_  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch.run, 5.0, 60.0, 10.0)
+            await trio.sleep(100.0)  # rounds at 5, 15, 25 (unknown), then 85 (private, every 60)
+            watch.add_candidate(4747)  # at 100: the next round comes at once, not at 145
+            await trio.sleep(1.0)
+            nursery.cancel_scope.cancel()
+
+    trio.run(body, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert times == [5.0, 15.0, 25.0, 85.0, 100.0]
