@@ -65,7 +65,8 @@ def test_a_daemon_behind_a_upnp_router_maps_is_confirmed_and_prints_a_join_comma
             UpnpRouter(net.router_ns(2), gateway(2).rsplit(".", 1)[0] + ".0/24") as router:
         peers: list[PeerProc] = []
         try:
-            founder = PeerProc([*net.exec_prefix(0), *CLI, "join", *RUN, "--listen",
+            # The founder waits for all three, so nobody starts behind (a resync delays leaving on SIGTERM).
+            founder = PeerProc([*net.exec_prefix(0), *CLI, "join", *RUN, "--genesis-peers", "3", "--listen",
                                 f"/ip4/{net.address(0)}/tcp/0", "--log-format", "json"], "peer0", tmp_path)
             peers.append(founder)
             args = join_args(str(founder.info()["join_command"]))
@@ -83,6 +84,6 @@ def test_a_daemon_behind_a_upnp_router_maps_is_confirmed_and_prints_a_join_comma
             assert f"--bootstrap /ip4/{net.address(2)}/tcp/{port}/p2p/" in str(reachable["join_command"])
             assert len(router.mappings()) == 1
         finally:
-            codes = stop_all(peers, 30)
+            codes = stop_all(peers, 60)
         assert codes["peer2"] is not None, "peer2 did not leave on SIGTERM"  # (still joining: exit 1)
         assert router.mappings() == []
