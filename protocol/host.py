@@ -95,6 +95,14 @@ class P2PHost:
             return [with_peer_id(a, self.peer_id) for a in self._announce]
         return self.addrs()
 
+    def advertise_confirmed(self, addrs: Sequence[Multiaddr]) -> None:
+        """Advertise addresses that dial-back probes confirmed (a UPnP mapping, a forwarded port), ahead of
+        the bound ones; empty goes back to the bound ones. Configured announce addresses are the operator's
+        word and are kept as they are."""
+        if not self.config.announce_addrs:
+            bound = self.transport_addrs()
+            self._announce = [*addrs, *(a for a in bound if a not in addrs)] if addrs else []
+
     def connected_peers(self) -> set[ID]:
         """Peers with at least one open connection (closed ones are dropped first; see ``prune_closed``)."""
         prune_closed(self._host.get_network())

@@ -3,8 +3,9 @@
 Runs before ``join`` so that a machine that cannot hold the model, cannot bind its address or would spend
 every round waiting on its uplink is found in seconds, with the setting to change, instead of hours into a
 run. Nothing here allocates the model unless a real step is cheap (see ``doctor_compute``): the 1.2B preset
-is sized on the meta device. The network is touched only to bind the listen addresses and, with
-``--measure-bandwidth``, for a loopback transfer between two in-process hosts.
+is sized on the meta device. The network is touched only to bind the listen addresses, to ask the home router
+for a test port mapping (UPnP, a second at most when there is none), with ``--bootstrap`` to have those peers
+dial this machine back, and with ``--measure-bandwidth`` for a loopback transfer between two in-process hosts.
 
 Exit code 0 when no check FAILs, 1 otherwise, 2 for bad flags (named like config errors).
 """
@@ -33,6 +34,7 @@ from distro_node.node.doctor.memory import (
     split_for_accelerator,
 )
 from distro_node.node.doctor.payload import budget, check_payload, check_step_time
+from distro_node.node.doctor.reachability import PROBE_TIMEOUT_S, check_reachability
 from distro_node.node.doctor.report import FAIL, PASS, Check, render_text, report_dict
 from distro_node.node.hf.convert import read_model_config
 from distro_node.node.model import param_count
@@ -53,8 +55,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "gradients, optimizer state, activations, held payloads); compute seconds per step (measured "
             "when cheap, else estimated from this device's matmul rate); the exact payload bytes per step "
             "for the strategy and their upload time to every other peer; the projected step time (compute "
-            "and communication added, or overlapped); and whether the listen addresses can be bound. Exit "
-            "code 0 when nothing FAILs, 1 otherwise. Config: --config, else $DISTRO_NODE_CONFIG, else "
+            "and communication added, or overlapped); whether the listen addresses can be bound; and "
+            "reachability: who could dial them, whether the home router maps the port by UPnP (a test "
+            "mapping, deleted at once) and, with --bootstrap, whether peers can dial this machine back, with "
+            "the addresses it would advertise and why. Exit code 0 when nothing FAILs, 1 otherwise. Config: "
+            "--config, else $DISTRO_NODE_CONFIG, else "
             "./distro-node.toml if present, else defaults; DISTRO_NODE_* variables and the flags below apply"
             " on top."
         ),
@@ -84,6 +89,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--listen", action="append", default=None, metavar="MULTIADDR",
         help="network.listen address to check instead of the config's; repeatable",
+    )
+    p.add_argument(
+        "--bootstrap", action="append", default=None, metavar="MULTIADDR",
+        help="network.bootstrap peer to ask to dial this machine back (repeatable): the reachability "
+             f"verdict (public / NAT / relay only); bounded to {PROBE_TIMEOUT_S:g} s. Without it the check "
+             "stays offline",
     )
     p.add_argument(
         "--peers", type=int, default=DEFAULT_PEERS, metavar="N",
@@ -133,6 +144,7 @@ def _flags(args: argparse.Namespace) -> dict[str, object]:
         "run.batch_size": args.batch_size,
         "run.seq_len": args.seq_len,
         "network.listen": tuple(args.listen) if args.listen else None,
+        "network.bootstrap": tuple(args.bootstrap) if args.bootstrap else None,
     }
 
 
@@ -224,7 +236,9 @@ def diagnose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Check]]:
     needed = b.upload_bytes * 8 / b.every_steps / compute_s
     checks.append(check_bandwidth(rate, needed))
     checks.append(check_step_time(b, compute_s, settings, measured))
-    checks.append(check_listen(config.network.listen, config.network.announce_addrs))
+    net = config.network
+    checks.append(check_listen(net.listen, net.announce_addrs))
+    checks.append(check_reachability(net.listen, net.announce_addrs, net.bootstrap, net.upnp))
 
     context = {
         "config": where,

@@ -16,6 +16,7 @@ from distro_node.node.faults import FaultSpec, FaultSpecError, fault_usage
 from distro_node.node.logs import configure_logging
 from distro_node.node.peer.local import LocalSettings
 from distro_node.node.peer.output import FORMATS
+from distro_node.node.peer.reach_addrs import ALL_INTERFACES_LISTEN, LOOPBACK_LISTEN
 from distro_node.node.peer.settings import DEMO_DISTRO_LR, founder_manifest, load_join_settings
 from distro_node.node.presets import PRESETS
 from distro_node.optimizer.config import SCHEDULE_KINDS
@@ -44,12 +45,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="expected run id (sha256 of the manifest, printed by the founder): refuse a "
                           "bootstrap peer that serves another run")
     net.add_argument("--listen", action="append", default=None, metavar="MULTIADDR",
-                     help="listen address, repeatable (when no config sets one: /ip4/127.0.0.1/tcp/0, "
-                          "loopback, any free port; use /ip4/0.0.0.0/tcp/4747 to accept peers from other "
-                          "machines) [network.listen]")
+                     help=f"listen address, repeatable (when no config sets one: {ALL_INTERFACES_LISTEN}, "
+                          "all interfaces, any free port, when a --bootstrap peer is on another machine; "
+                          f"else {LOOPBACK_LISTEN}, loopback: a founder whose run others join from other "
+                          "machines sets e.g. /ip4/0.0.0.0/tcp/4747) [network.listen]")
     net.add_argument("--announce", action="append", default=None, metavar="MULTIADDR",
                      help="address to advertise instead of the listen ones (NAT, containers); repeatable "
                           "[network.announce_addrs]")
+    net.add_argument("--no-upnp", action="store_true",
+                     help=config_help("sets network.upnp false: do not ask the home router (UPnP "
+                                      "IGD) to forward the listen port (a node listening beyond loopback "
+                                      "asks when it is true, and advertises the mapped address once peers "
+                                      "confirm they can dial it)", "network.upnp"))
     net.add_argument("--key-file", type=Path, default=None,
                      help="ed25519 identity key file, created if missing (default: DATA_DIR/identity.key "
                           "with a data dir, else a fresh identity per process) [network.key_file]")
@@ -207,6 +214,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "network.bootstrap": tup(args.bootstrap),
         "network.listen": tup(args.listen),
         "network.announce_addrs": tup(args.announce),
+        "network.upnp": False if args.no_upnp else None,
         "network.key_file": args.key_file,
         "network.ticket": args.ticket,
         "run.admission": args.admission,

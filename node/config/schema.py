@@ -53,6 +53,12 @@ class NetworkConfig(Section):
         default=(),
         metadata=doc("public multiaddrs to advertise (behind NAT); empty: the listen ones"),
     )
+    upnp: bool = field(
+        default=True,
+        metadata=doc("ask the home router (UPnP IGD) to forward the TCP listen port; the external address is "
+                     "advertised only once peers confirm they can dial it. Not tried on loopback; nothing "
+                     "mapped: said once, and the node goes on"),
+    )
     key_file: Path | None = field(
         default=None,
         metadata=doc(

@@ -57,11 +57,11 @@ from .outbox import Outbox
 from .output import Output
 from .payloads import ByteCounters, CountingStore, DecodedPayloads
 from .rate_limit import GossipRates, forwarder_prefilter
-from .reachability_watch import ReachabilityWatch
+from .reachable import start_reachability
 from .resync import Resyncer
 from .scoring import RoundScorer
 from .snapshots import GenesisCohort, SnapshotDesk
-from .startup import RunSource, Startup, emit_listening, obtain_manifest
+from .startup import RunSource, Startup, emit_listening, join_command, obtain_manifest
 from .state_gate import StateRequestGate
 from .state_sync import SyncContext
 from .state_trust import UntrustedDonors
@@ -259,7 +259,8 @@ class PeerNode:
             stop = StopRequest(out=out, changes=changes, leave_budget=opts.leave_budget)
             nursery.start_soon(run.admission.run, host)
             report = run.telemetry.metrics.set_reachability if run.telemetry is not None else None
-            nursery.start_soon(ReachabilityWatch(host, out, report).run)
+            start_reachability(nursery, host, out, opts.network, report,
+                               partial(join_command, run_id_hex=run.run_id.hex()))
             nursery.start_soon(intake.run, gossip)
             nursery.start_soon(intake.watch_lost_peers, host.lost_peers())
             nursery.start_soon(outbox.run, gossip)

@@ -6,16 +6,18 @@ Layers: config file (``--config`` / ``$DISTRO_NODE_CONFIG``) < ``DISTRO_NODE_*``
 Why a fourth, lowest layer (``LOCAL_DEFAULTS``): the node config's defaults describe a production daemon
 (listen on 0.0.0.0:4747, metrics on 9400, identity under ~/.distro-node). `join` run by hand or by tests
 without any config must keep working as it always did: several peers on one machine, each on loopback with a
-free port, a fresh identity, and nothing written to the home directory. So a field that no layer sets falls
-back to the local default below; a field set anywhere (file, env, flag) is honoured as set. ``data_dir``
-follows the same rule: unset means "no persistent state" (no identity file, no checkpoints).
+free port, a fresh identity, and nothing written to the home directory; a peer joining through a bootstrap
+peer on another machine listens on all interfaces (any free port) instead, since it takes part beyond this
+machine. So a field that no layer sets falls back to the local default below; a field set anywhere (file,
+env, flag) is honoured as set. ``data_dir`` follows the same rule: unset means "no persistent state" (no
+identity file, no checkpoints).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +27,13 @@ from distro_node.optimizer.config import ScheduleConfig
 from distro_node.protocol.identity import load_or_create_identity, peer_id_of
 
 from .manifest import ManifestError, RoundSettings, RunManifest
+from .reach_addrs import default_listen
 from .run_data import founder_data_spec
 from .run_init import INIT_FIELD, founder_init_spec
 
-# Fields no layer set take these values (see the module docstring for why).
+# Fields no layer set take these values (see the module docstring for why); ``network.listen`` follows the
+# bootstrap peers instead (reach_addrs.default_listen: all interfaces when they are on other machines).
 LOCAL_DEFAULTS: dict[str, Any] = {
-    "network.listen": ("/ip4/127.0.0.1/tcp/0",),
     "metrics.port": 0,
 }
 # Sign updates on the small presets want a far larger step than the optimizer's 1.2B default
@@ -73,6 +76,9 @@ def load_join_settings(
     layered = {k: v for k, v in LOCAL_DEFAULTS.items() if k not in explicit}
     layered.update({k: v for k, v in flags.items() if v is not None})
     config = load_config(path, env=env, flags=layered)
+    if "network.listen" not in explicit:
+        listen = default_listen(config.network.bootstrap)
+        config = replace(config, network=replace(config.network, listen=listen))
     data_dir = config.data_dir.expanduser() if "data_dir" in explicit else None
     key_file = config.key_file if data_dir is not None or "network.key_file" in explicit else None
     checkpoint_dir: Path | None = None

@@ -32,6 +32,7 @@ from .local import LocalSetupError
 from .manifest import ManifestError, RunManifest
 from .options import PeerError, PeerOptions
 from .output import Output
+from .reach_addrs import is_loopback, printable_addr
 from .snapshots import GenesisCohort
 from .state_sync import JoinError, SyncContext, sync_from_swarm
 from .trainer import Trainer
@@ -148,12 +149,17 @@ async def _fetch_into(where: tuple[Path, bool] | None, fetch: Callable[[Path], A
     return FetchedFolder(folder, temporary, fetched)
 
 
+def join_command(addr: str, run_id_hex: str) -> str:
+    """The command another machine runs to join through ``addr`` (``.../p2p/<id>``)."""
+    return f"distro-node join --bootstrap {addr} --run-id {run_id_hex}"
+
+
 def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunManifest, *, self_id: str,
                    founder: bool, metrics_url: str | None) -> None:
     """The ``listening`` event: our addresses and the command others join with."""
     run_id = manifest.run_id()
     addrs = [f"{a}/p2p/{self_id}" for a in opts.network.announce_addrs] or [str(a) for a in host.addrs()]
-    command = f"distro-node join --bootstrap {addrs[0]} --run-id {run_id.hex()}"
+    command = join_command(printable_addr(addrs[0]), run_id.hex())
     m = manifest
     flags, notes = "", ""  # printed after the command; join_command itself stays runnable as it is
     # A data file does not travel: say which one a joiner needs. Prepared data and an imported checkpoint
@@ -178,6 +184,10 @@ def emit_listening(out: Output, host: P2PHost, opts: PeerOptions, manifest: RunM
         notes += (f"\n  TICKET: a permissioned run; the founder ({m.founder}) issues it for the peer id of "
                   "KEY: `distro-node ticket id --key-file KEY`, then on the founder's machine `distro-node "
                   f"ticket issue PEER_ID --key-file FOUNDER_KEY --run-id {run_id.hex()}`")
+    if not opts.network.announce_addrs and not all(is_loopback(a) for a in addrs):
+        notes += ("\n  not confirmed reachable from other networks yet: once two peers dial this node back, "
+                  "the command naming the confirmed public address is printed (event reachable); behind a "
+                  "NAT without UPnP or port forwarding, only peers on this network can use the one above")
     extra = flags + notes
     local = opts.local
     out.emit(

@@ -51,6 +51,10 @@ from .shell import NetnsError
 from .shell import run as _run
 
 SUBNET = "10.77.0"  # private; every testbed reuses it, since each one's bridge lives in its own namespace
+# A /24 outside every private and reserved range, for a hub whose addresses must look public: Debian's
+# miniupnpd refuses to map ports when its WAN address is private (tests/testbed/test_testbed_upnp.py). Safe
+# in the testbed, since the hub's bridge lives in its own namespace and nothing routes there from outside.
+PUBLIC_LOOKING_SUBNET = "11.77.0"
 PREFIX_LEN = 24
 MAX_PEERS = 200
 BRIDGE = "br0"
@@ -174,13 +178,15 @@ def sweep_stale() -> list[str]:
 
 
 class Network:
-    """Namespaces ``<prefix>-hub`` and ``<prefix>-p<i>``, peer i at 10.77.0.(i+1), shaped per ``links``.
+    """Namespaces ``<prefix>-hub`` and ``<prefix>-p<i>``, peer i at 10.77.0.(i+1) (or ``subnet``), shaped per
+    ``links``.
 
     Use as a context manager (or call :meth:`close`); an atexit hook also closes it, so even an
     interpreter leaving by an uncaught exception deletes what it made.
     """
 
-    def __init__(self, links: Sequence[Link], nats: Mapping[int, Nat] | None = None) -> None:
+    def __init__(self, links: Sequence[Link], nats: Mapping[int, Nat] | None = None, *,
+                 subnet: str = SUBNET) -> None:
         why = available() or (nat.available() if nats else None)
         if why is not None:
             raise NetnsError(["ip", "netns"], why)
@@ -190,6 +196,7 @@ class Network:
         if not set(self.nats) <= set(range(len(links))):
             raise ValueError(f"nats: peers {sorted(set(self.nats) - set(range(len(links))))} do not exist")
         self.links = list(links)
+        self.subnet = subnet
         self.prefix = f"dn{os.getpid()}x{next(_instances)}"
         self.hub = f"{self.prefix}-hub"
         self.namespaces: list[str] = []
@@ -216,7 +223,7 @@ class Network:
 
     def address(self, i: int) -> str:
         """Where the others reach peer i: its own address, or its router's WAN address behind a NAT."""
-        return f"{SUBNET}.{i + 1}"
+        return f"{self.subnet}.{i + 1}"
 
     def listen_address(self, i: int) -> str:
         """The address peer i itself has (behind a NAT: its LAN address, node/testbed/nat.py)."""

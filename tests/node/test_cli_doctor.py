@@ -24,7 +24,8 @@ from distro_node.node.presets import preset
 from distro_node.optimizer.config import AdamWConfig, DilocoConfig, DistroConfig
 from distro_node.optimizer.distro import DisTrO
 
-CHECKS = ["config", "device", "memory", "compute", "payload", "bandwidth", "step_time", "listen"]
+CHECKS = ["config", "device", "memory", "compute", "payload", "bandwidth", "step_time", "listen",
+          "reachability"]
 LOOPBACK = ["--listen", "/ip4/127.0.0.1/tcp/0"]
 
 
@@ -62,6 +63,11 @@ def test_tiny_preset_passes_with_a_measured_step(capsys: pytest.CaptureFixture[s
     assert checks["compute"]["details"]["seconds"] > 0
     assert checks["bandwidth"]["status"] == "SKIP"  # opt-in only
     assert checks["listen"]["status"] == WARN  # loopback binds, but only local peers can reach it
+    reach = checks["reachability"]["details"]
+    assert checks["reachability"]["status"] == PASS  # offline: nothing asked, nothing wrong
+    assert reach["listen"] == [{"addr": "/ip4/127.0.0.1/tcp/0", "scope": "loopback"}]
+    assert reach["upnp"] == "not tried: listening on loopback only"
+    assert reach["verdict"] is None and reach["advertise"] == ["/ip4/127.0.0.1/tcp/0"]
     step = checks["step_time"]["details"]
     added = step["compute_seconds"] + step["communication_seconds"]
     assert step["sequential_seconds"] == pytest.approx(added)
@@ -190,7 +196,7 @@ def test_text_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.startswith("distro-node doctor: preset tiny")
     assert "\nPASS  memory " in out and "\nFAIL  listen " in out
     assert "-> set network.listen" in out
-    assert out.rstrip().endswith("not ready: 1 FAIL, 0 WARN, 8 checks")
+    assert out.rstrip().endswith("not ready: 1 FAIL, 0 WARN, 9 checks")
 
 
 @pytest.mark.network

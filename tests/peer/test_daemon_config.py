@@ -53,3 +53,32 @@ def test_bad_config_exits_2_naming_the_field(tmp_path: Path, argv: list[str], en
                           env={"PATH": "/usr/bin:/bin", **env}, cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"error: {field}" in done.stderr
+
+
+PEER_ID = "12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf"
+
+
+@pytest.mark.parametrize(("bootstrap", "listen"), [
+    ((), "/ip4/127.0.0.1/tcp/0"),  # a founder keeps to loopback until told
+    ((f"/ip4/127.0.0.1/tcp/4001/p2p/{PEER_ID}",), "/ip4/127.0.0.1/tcp/0"),  # a local swarm
+    ((f"/ip4/203.0.113.7/tcp/4001/p2p/{PEER_ID}",), "/ip4/0.0.0.0/tcp/0"),  # peers on other machines
+])
+def test_join_listens_on_all_interfaces_only_when_its_bootstrap_peer_is_elsewhere(
+        bootstrap: tuple[str, ...], listen: str) -> None:
+    s = load_join_settings(None, {"network.bootstrap": bootstrap or None}, env={})
+    assert s.config.network.listen == (listen,)
+    given = load_join_settings(None, {"network.bootstrap": bootstrap or None,
+                                      "network.listen": ("/ip4/127.0.0.1/tcp/5000",)}, env={})
+    assert given.config.network.listen == ("/ip4/127.0.0.1/tcp/5000",)
+
+
+def test_upnp_is_on_unless_no_upnp_is_given() -> None:
+    from distro_node.node.cli.join import _flags
+    from distro_node.node.cli.main import build_parser
+
+    def upnp(*argv: str) -> bool:
+        args = build_parser().parse_args(["join", *argv])
+        return load_join_settings(None, _flags(args), env={}).config.network.upnp
+
+    assert upnp() is True
+    assert upnp("--no-upnp") is False
