@@ -98,7 +98,10 @@ def max_min_rates(src: np.ndarray, dst: np.ndarray, up: np.ndarray, down: np.nda
 
 
 class FlowNetwork:
-    """Transfers in flight over the lines of ``lines``; the caller starts transfers and advances time."""
+    """Transfers in flight over the lines of ``lines``; the caller starts transfers and advances time.
+
+    The active transfers' sources, destinations and remaining bytes live in arrays, rebuilt only when the
+    set changes, so an event costs a few array operations however many transfers are in flight."""
 
     def __init__(self, lines: Sequence[Line]) -> None:
         if not lines:
@@ -108,6 +111,9 @@ class FlowNetwork:
         self._down = np.array([line.down for line in lines])
         self.now = 0.0
         self._active: list[Transfer] = []
+        self._src = np.zeros(0, dtype=np.int64)
+        self._dst = np.zeros(0, dtype=np.int64)
+        self._left = np.zeros(0)
         self._rates = np.zeros(0)
         self._stale = False
         self.uploaded = np.zeros(len(lines))
@@ -115,6 +121,7 @@ class FlowNetwork:
 
     @property
     def active(self) -> tuple[Transfer, ...]:
+        self._sync()
         return tuple(self._active)
 
     def start(self, transfer: Transfer) -> None:
@@ -124,15 +131,22 @@ class FlowNetwork:
                 raise FlowModelError(f"transfer {name} {peer} is not a peer of this network")
         if transfer.src == transfer.dst:
             raise FlowModelError(f"transfer from peer {transfer.src} to itself")
+        self._sync()
         transfer.started = self.now
         self._active.append(transfer)
         self._stale = True
 
+    def _sync(self) -> None:
+        """Write the array's remaining bytes back into the transfer objects."""
+        for transfer, left in zip(self._active, self._left.tolist(), strict=False):
+            transfer.remaining = left
+
     def _refresh(self) -> None:
         if self._stale:
-            src = np.array([t.src for t in self._active], dtype=np.int64)
-            dst = np.array([t.dst for t in self._active], dtype=np.int64)
-            self._rates = max_min_rates(src, dst, self._up, self._down)
+            self._src = np.array([t.src for t in self._active], dtype=np.int64)
+            self._dst = np.array([t.dst for t in self._active], dtype=np.int64)
+            self._left = np.array([t.remaining for t in self._active])
+            self._rates = max_min_rates(self._src, self._dst, self._up, self._down)
             self._stale = False
 
     def next_finish(self) -> float | None:
@@ -140,11 +154,10 @@ class FlowNetwork:
         self._refresh()
         if not self._active:
             return None
-        remaining = np.array([t.remaining for t in self._active])
-        with np.errstate(divide="ignore"):
-            times = np.where(self._rates > 0, remaining / np.maximum(self._rates, 1e-300), np.inf)
-        soonest = float(times.min())
-        return None if soonest == np.inf else self.now + soonest
+        moving = self._rates > 0
+        if not moving.any():
+            return None
+        return self.now + float((self._left[moving] / self._rates[moving]).min())
 
     def advance(self, until: float) -> list[Transfer]:
         """Move time to ``until`` (not past the next finish) and return the transfers that ended."""
@@ -153,20 +166,23 @@ class FlowNetwork:
         self._refresh()
         dt = until - self.now
         self.now = until
-        done: list[Transfer] = []
-        kept: list[Transfer] = []
-        for transfer, rate in zip(self._active, self._rates, strict=True):
-            moved = min(transfer.remaining, rate * dt)
-            transfer.remaining -= moved
-            self.uploaded[transfer.src] += moved
-            self.downloaded[transfer.dst] += moved
-            (done if transfer.remaining <= _DONE_BYTES else kept).append(transfer)
-        if done:
-            self._active = kept
-            self._stale = True
+        if not self._active:
+            return []
+        moved = np.minimum(self._left, self._rates * dt)
+        self._left -= moved
+        np.add.at(self.uploaded, self._src, moved)
+        np.add.at(self.downloaded, self._dst, moved)
+        ended = self._left <= _DONE_BYTES
+        if not ended.any():
+            return []
+        self._sync()
+        done = [t for t, e in zip(self._active, ended.tolist(), strict=True) if e]
+        self._active = [t for t, e in zip(self._active, ended.tolist(), strict=True) if not e]
+        self._stale = True
         return done
 
     def cancel(self, transfer: Transfer) -> None:
         """Stop a transfer (its bytes so far stay counted: they crossed the links)."""
+        self._sync()
         self._active.remove(transfer)
         self._stale = True

@@ -54,3 +54,28 @@ def test_network_times_and_bytes() -> None:
 def test_bad_input_is_a_typed_error(bad: object) -> None:
     with pytest.raises(FlowModelError):
         bad()  # type: ignore[operator]
+
+
+def test_exchange_of_four_equal_peers_is_near_the_bound_and_downloads_each_byte_once() -> None:
+    from distro_node.node.sim.flow_step import ExchangeSpec, full_mesh, simulate_exchange, swarm_bound
+
+    lines = (Line.mbit(100, 10),) * 4
+    spec = ExchangeSpec(lines=lines, payload_bytes=600_000, wants=full_mesh(4), neighbours=full_mesh(4))
+    result = simulate_exchange(spec)
+    bound = swarm_bound(lines, 600_000, full_mesh(4))
+    assert bound <= result.seconds <= 1.3 * bound
+    assert result.amplification == pytest.approx(1.0, abs=0.05)
+    assert all(t <= result.seconds for t in result.done_at)
+
+
+def test_the_author_is_a_holder_even_when_not_a_neighbour() -> None:
+    from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange
+
+    # Peer 1 wants peer 0's payload and they are not neighbours: the announcement names its author, whom
+    # the fetcher dials, so the payload still arrives.
+    lines = (Line.mbit(100, 10),) * 3
+    nbrs = (frozenset({2}), frozenset({2}), frozenset({0, 1}))
+    wants = (frozenset(), frozenset({0}), frozenset())
+    spec = ExchangeSpec(lines=lines, payload_bytes=200_000, wants=wants, neighbours=nbrs, time_limit=30)
+    result = simulate_exchange(spec)
+    assert result.done_at[1] < 30

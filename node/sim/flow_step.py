@@ -1,0 +1,271 @@
+"""One step's payload exchange as a flow model: the daemon's piece scheduler over fluid access links.
+
+Why: the namespace testbed runs at most a few dozen daemons on this machine, and the question volunteers ask
+is what their line costs at 64 or 1024 peers. This model runs the *same decisions* the daemon makes, from
+protocol/swarm_schedule.py: every fetcher keeps one :class:`PieceScheduler` per payload it wants, asks holders
+for candidate pieces, and each holder answers with :func:`pick_to_serve` under its upload slots, as
+protocol/pieces_serve.py does. Bytes then move over :class:`FlowNetwork` (max-min fair shares of each
+peer's uplink and downlink); have-maps reach a fetcher one ``latency`` after a holder gained a piece, as the
+long-polled HAVE replies do. Left out: TCP dynamics, the agreement's own messages (the caller adds a
+calibrated constant), and compute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import cast
+
+from distro_node.protocol.pieces import piece_count, piece_span
+from distro_node.protocol.swarm_schedule import (
+    ALL,
+    Decline,
+    Failure,
+    PieceScheduler,
+    ScheduleConfig,
+    pick_to_serve,
+)
+
+from .flow_net import FlowModelError, FlowNetwork, Line, Transfer
+
+
+@dataclass(frozen=True)
+class ExchangeSpec:
+    """One step: who has which link, who wants whose payload, who is connected to whom."""
+
+    lines: tuple[Line, ...]
+    payload_bytes: int
+    # Per fetcher, the authors whose payloads it pulls (all others, or the list's K and a margin).
+    wants: tuple[frozenset[int], ...]
+    # Per peer, the peers it holds connections to (its holders besides the author); symmetric.
+    neighbours: tuple[frozenset[int], ...]
+    # When each author's payload exists (its announcement); 0 for all by default.
+    announce_at: tuple[float, ...] = ()
+    # One-way delay of a request, a reply header or a have-map update.
+    latency: float = 0.001
+    upload_slots: int = 2
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    time_limit: float = 3600.0
+
+    def __post_init__(self) -> None:
+        n = len(self.lines)
+        if len(self.wants) != n or len(self.neighbours) != n:
+            raise FlowModelError(f"wants and neighbours need one entry per line ({n})")
+        if self.announce_at and len(self.announce_at) != n:
+            raise FlowModelError(f"announce_at needs one time per line ({n})")
+        if self.payload_bytes < 1 or self.upload_slots < 1 or self.latency < 0:
+            raise FlowModelError("payload_bytes and upload_slots must be >= 1, latency >= 0")
+        for peer, wanted in enumerate(self.wants):
+            if peer in wanted or any(not 0 <= a < n for a in wanted):
+                raise FlowModelError(f"peer {peer} wants a payload that is its own or no peer's")
+
+    def announced(self, author: int) -> float:
+        return self.announce_at[author] if self.announce_at else 0.0
+
+
+@dataclass
+class ExchangeResult:
+    done_at: list[float]  # per fetcher: when it held every payload it wanted (inf if never)
+    uploaded: list[float]  # bytes per peer
+    downloaded: list[float]
+    wanted_bytes: list[int]  # per fetcher: payload bytes it needed
+
+    @property
+    def seconds(self) -> float:
+        return max(self.done_at)
+
+    @property
+    def amplification(self) -> float:
+        need = sum(self.wanted_bytes)
+        return sum(self.downloaded) / need if need else 1.0
+
+
+def full_mesh(n: int) -> tuple[frozenset[int], ...]:
+    return tuple(frozenset(j for j in range(n) if j != i) for i in range(n))
+
+
+def random_graph(n: int, degree: int, seed: int) -> tuple[frozenset[int], ...]:
+    """Every peer connected to about ``degree`` others, as a capped peer exchange ends up (symmetric)."""
+    if degree >= n - 1:
+        return full_mesh(n)
+    links: list[set[int]] = [set() for _ in range(n)]
+    for i in range(n):  # a ring first, so the graph is connected
+        links[i].add((i + 1) % n)
+        links[(i + 1) % n].add(i)
+    for i in range(n):
+        candidates = sorted(range(n), key=lambda j: hashlib.sha256(f"{seed}:{i}:{j}".encode()).digest())
+        for j in candidates:
+            if len(links[i]) >= degree:
+                break
+            if j != i and len(links[j]) < degree:
+                links[i].add(j)
+                links[j].add(i)
+    return tuple(frozenset(s) for s in links)
+
+
+class _Exchange:
+    def __init__(self, spec: ExchangeSpec) -> None:
+        self.spec = spec
+        n = len(spec.lines)
+        self.net = FlowNetwork(spec.lines)
+        self.events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self.have: list[dict[int, set[int]]] = [{} for _ in range(n)]
+        self.started: list[dict[int, dict[int, int]]] = [{} for _ in range(n)]
+        self.uploading = [0] * n
+        self.sched: dict[tuple[int, int], PieceScheduler] = {}
+        self.moving: dict[tuple[int, int, int], Transfer] = {}
+        self.waking: set[tuple[int, int]] = set()
+        self.missing = [len(w) for w in spec.wants]
+        self.done_at = [math.inf if spec.wants[i] else 0.0 for i in range(n)]
+        # Who wants a payload, to tell them when a neighbour gains a piece of it.
+        self.fetchers: dict[int, list[int]] = {}
+        for fetcher, wanted in enumerate(spec.wants):
+            for author in wanted:
+                self.fetchers.setdefault(author, []).append(fetcher)
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self.events, (when, next(self._seq), action))
+
+    def run(self) -> ExchangeResult:
+        spec = self.spec
+        for author in self.fetchers:
+            self.at(spec.announced(author), partial(self._announce, author))
+        bound = spec.time_limit
+        for _ in range(50_000_000):  # bounded: each round handles at least one event or transfer
+            finish = self.net.next_finish()
+            nxt = self.events[0][0] if self.events else math.inf
+            now = min(nxt, finish if finish is not None else math.inf)
+            if now == math.inf or now > bound or all(d < math.inf for d in self.done_at):
+                break
+            for transfer in self.net.advance(now):
+                self._delivered(transfer)
+            while self.events and self.events[0][0] <= now:
+                heapq.heappop(self.events)[2]()
+        size = spec.payload_bytes
+        return ExchangeResult(self.done_at, list(self.net.uploaded), list(self.net.downloaded),
+                              [size * len(w) for w in spec.wants])
+
+    # --- authors and fetchers ------------------------------------------------------------------------------
+
+    def _announce(self, author: int) -> None:
+        self.have[author][author] = set(range(piece_count(self.spec.payload_bytes)))
+        for fetcher in self.fetchers[author]:
+            self.at(self.net.now + self.spec.latency, partial(self._start_fetch, fetcher, author))
+
+    def _start_fetch(self, fetcher: int, author: int) -> None:
+        key = (fetcher, author)
+        if key in self.sched:
+            return
+        sched = PieceScheduler(self.spec.payload_bytes, config=self.spec.schedule,
+                               order_key=f"{fetcher}:{author}".encode())
+        self.sched[key] = sched
+        sched.holder_has(str(author), ALL)
+        for holder in self.spec.neighbours[fetcher]:
+            if holder != author:
+                sched.holder_has(str(holder), self.have[holder].get(author, set()),
+                                 uploads=self.uploading[holder])
+        self._ask(fetcher, author)
+
+    def _ask(self, fetcher: int, author: int) -> None:
+        sched = self.sched[(fetcher, author)]
+        now = self.net.now
+        for rid in sched.overdue(now):
+            moving = self.moving.pop((fetcher, author, rid), None)
+            if moving is not None:
+                self.net.cancel(moving)
+                self.uploading[moving.src] -= 1
+            sched.request_failed(rid, now, Failure.LOST)
+        for req in sched.next_requests(now):
+            holder = int(req.holder)
+            self.at(now + self.spec.latency,
+                    partial(self._serve, fetcher, author, holder, req.id, req.candidates))
+
+    # --- holders -------------------------------------------------------------------------------------------
+
+    def _serve(self, fetcher: int, author: int, holder: int, rid: int, candidates: tuple[int, ...]) -> None:
+        started = self.started[holder].setdefault(author, {})
+        got = pick_to_serve(candidates, self.have[holder].get(author, set()), started,
+                            uploading=self.uploading[holder], slots=self.spec.upload_slots)
+        reply_at = self.net.now + self.spec.latency
+        if isinstance(got, Decline):
+            why = Failure.BUSY if got is Decline.BUSY else Failure.GONE
+            self.at(reply_at, lambda: self._failed(fetcher, author, rid, why))
+            return
+        started[got] = started.get(got, 0) + 1
+        self.uploading[holder] += 1
+        self.sched[(fetcher, author)].piece_started(rid, got, self.net.now)
+        size = piece_span(self.spec.payload_bytes, got)[1]
+        transfer = Transfer(holder, fetcher, size, tag=(author, got, rid))
+        self.moving[(fetcher, author, rid)] = transfer
+        self.net.start(transfer)
+
+    def _failed(self, fetcher: int, author: int, rid: int, why: Failure) -> None:
+        self.sched[(fetcher, author)].request_failed(rid, self.net.now, why)
+        self._ask(fetcher, author)
+        self._wake(fetcher, author)
+
+    def _wake(self, fetcher: int, author: int) -> None:
+        """Ask again once a back-off is over, as the daemon's fetch loop wakes every ``backoff``: one wake
+        pending per fetch, however many requests were refused."""
+        key = (fetcher, author)
+        if key in self.waking:
+            return
+        self.waking.add(key)
+
+        def wake() -> None:
+            self.waking.discard(key)
+            if not self.sched[key].complete:
+                self._ask(fetcher, author)
+
+        self.at(self.net.now + self.spec.schedule.backoff, wake)
+
+    def _delivered(self, transfer: Transfer) -> None:
+        author, piece, rid = cast(tuple[int, int, int], transfer.tag)
+        holder, fetcher = transfer.src, transfer.dst
+        self.uploading[holder] -= 1
+        self.moving.pop((fetcher, author, rid), None)
+        sched = self.sched[(fetcher, author)]
+        sched.piece_done(rid, self.net.now)
+        self.have[fetcher].setdefault(author, set()).add(piece)
+        later = self.net.now + self.spec.latency
+        for other in self.fetchers[author]:
+            if other != fetcher and fetcher in self.spec.neighbours[other] and (other, author) in self.sched:
+                self.at(later, partial(self._news, other, author, fetcher, piece))
+        if sched.complete:
+            self.missing[fetcher] -= 1
+            if self.missing[fetcher] == 0:
+                self.done_at[fetcher] = self.net.now
+        else:
+            self._ask(fetcher, author)
+
+    def _news(self, fetcher: int, author: int, holder: int, piece: int) -> None:
+        sched = self.sched[(fetcher, author)]
+        if sched.complete:
+            return
+        sched.holder_has(str(holder), (piece,), uploads=self.uploading[holder])
+        self._ask(fetcher, author)
+
+
+def simulate_exchange(spec: ExchangeSpec) -> ExchangeResult:
+    """Run one step's exchange to the end (every fetcher complete) or ``spec.time_limit``."""
+    return _Exchange(spec).run()
+
+
+def all_want_all(n: int) -> tuple[frozenset[int], ...]:
+    return full_mesh(n)
+
+
+def swarm_bound(lines: Sequence[Line], payload_bytes: int, wants: Sequence[frozenset[int]]) -> float:
+    """The physical lower bound of an exchange: every payload leaves its author once, every fetcher
+    downloads what it wants, and all copies fit through the summed uplinks."""
+    authors = {a for w in wants for a in w}
+    origin = max((payload_bytes / lines[a].up for a in authors), default=0.0)
+    download = max((payload_bytes * len(w) / lines[i].down for i, w in enumerate(wants)), default=0.0)
+    total = payload_bytes * sum(len(w) for w in wants) / sum(line.up for line in lines)
+    return max(origin, download, total)
