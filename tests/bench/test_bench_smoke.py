@@ -20,13 +20,13 @@ BENCH = REPO / "bench"
 MACHINE_KEYS = {"timestamp_utc", "command", "python", "torch", "cpu_count", "git_commit"}
 
 
-def _run(script: str, out: Path, *args: str) -> dict[str, Any]:
+def _run(script: str, out: Path, *args: str, timeout: float = 60) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), "--out", str(out), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -78,3 +78,21 @@ def test_robustness_bench_smoke(tmp_path: Path) -> None:
     assert {"final_eval_loss_mean", "ratio_of_means", "checks", "runs"} <= set(b1)
     assert b1["runs"][0]["attacker_ban_step"].keys() == {"peer-006", "peer-007"}
     assert doc["honest_false_positives"] == 0
+
+
+@pytest.mark.slow
+def test_index_stats_bench_quick(tmp_path: Path) -> None:
+    args = ("--preset", "tiny", "--peers", "2", "--steps", "3", "--record", "2")
+    # Two simulated runs (two seeds) of the tiny model: slower than the other quick modes on a busy machine.
+    doc = _run("index_stats.py", tmp_path / "stats.json", *args, timeout=300)
+    recorded = doc["counts"]["recorded"]
+    assert len(recorded) == len(doc["counts"]["other_seed"]) == 64 * 64
+    # 2 peers x 2 recorded steps x 4 picks in every 64x64 chunk of the tiny model's matrices
+    assert sum(recorded) == sum(k["indices"] for k in doc["by_kind"].values()) > 0
+    assert sum(recorded) % (2 * 2 * 4) == 0
+    costs = doc["table_costs"]
+    # no static table beats the in-sample entropy it is bounded by
+    assert costs["in_sample_entropy_coded_bits"] <= costs["position_table_other_seed_coded_bits"]
+    assert 0.0 <= doc["position_overlap"] <= 1.0
+    again = _run("index_stats.py", tmp_path / "again.json", "--costs-from", str(tmp_path / "stats.json"))
+    assert again["table_costs"] == costs
