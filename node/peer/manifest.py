@@ -9,9 +9,9 @@ Round timings and the roster rules (warm-up rounds, missed rounds) are in the ma
 replicated state (every replica must drop and activate peers at the same step), not a local preference.
 
 Fields added after the first version (``grad_clip``, ``data``, ``init``, ``founder``, ``genesis``,
-``rounds.max_included``) are left out of the canonical bytes while they hold their default, so an embedded-data run with the default clipping
-has the same bytes, hence the same run id, as before they existed (a founder's checkpoint still resumes its
-run).
+``rounds.max_included``) are left out of the canonical bytes while they hold their default, so an
+embedded-data run with the default clipping has the same bytes, hence the same run id, as before they
+existed (a founder's checkpoint still resumes its run).
 Writing such a field out at its default is not canonical and is refused, so every manifest still has exactly
 one byte form. What stays out of the manifest on purpose: the device, the precision, gradient accumulation
 and the paths of the data file and of an imported checkpoint, which are per-process choices
