@@ -145,8 +145,8 @@ def _summary(result: ExperimentResult, out: Path) -> None:
     print(f"  held-out loss     {result.final_eval_loss:.3f} (data floor {floor})")
     print(f"  sent per peer     {result.payload_bytes_per_step / 1e3:.2f} kB/step "
           f"(dense bf16 gradient {result.dense_bf16_bytes / 1e3:.0f} kB: {result.reduction:,.0f}x less)")
-    print(f"  fetched per peer  {result.fetched_bytes_per_step / 1e3:.2f} kB/step; every peer included at "
-          f"least once every {result.max_inclusion_gap} steps")
+    print(f"  fetched per peer  {result.fetched_bytes_per_step / 1e3:.2f} kB/step (the others' payloads it "
+          f"needs); longest gap between a peer's inclusions {result.max_inclusion_gap} steps")
     print(f"  replicas          {'bit-identical' if result.replicas_identical else 'DIVERGED'}")
     print(f"  wall time         {result.seconds:.1f} s")
     print(f"  result            {out / 'result.json'}")
