@@ -8,8 +8,13 @@ import math
 from collections import Counter
 
 import pytest
-from distro_node.protocol.consensus.actions import FetchPayload, MembershipChanged, PeerMissed
-from protocol_swarm_sim import Swarm, test_config
+from distro_node.protocol.ballots import PREVOTE
+from distro_node.protocol.consensus.actions import FetchPayload, MembershipChanged, PeerMissed, Penalize
+from distro_node.protocol.consensus.inclusion_bound import priority_order
+from distro_node.protocol.consensus.leader_rank import leader_order
+from distro_node.protocol.messages import Vote
+from protocol_swarm_sim import RUN_ID, Swarm, test_config
+from test_rounds import PEERS, feed_all, machine, proposal, published
 
 EIGHT = tuple("abcdefgh")
 
@@ -80,3 +85,17 @@ def test_bound_below_the_payload_quorum_still_decides_and_a_crashed_peer_is_drop
     assert MembershipChanged(next(c.step for c in a.actions_of(MembershipChanged)), "g", "dropped_missed") \
         in a.actions_of(MembershipChanged)
     assert {m.peer_id for m in a.actions_of(PeerMissed)} == {"g"}  # the live ones only waited their turn
+
+
+def test_a_list_over_the_bound_is_refused_and_one_within_it_gets_a_vote_even_if_it_skips_our_pick() -> None:
+    """Voters check what every replica checks alike (no more than K entries), never whether the leader
+    skipped a candidate they validated: views differ, and a leader may simply not have it yet."""
+    order = leader_order(RUN_ID, 0, PEERS)
+    m = machine(order[3], max_included=2)
+    feed_all(m, 0, 0.0)
+    out = m.on_message(proposal(0, 0, PEERS[:3]), 0.1)
+    assert Penalize(order[0], 0, "invalid_list") in out and not published(out, Vote)
+    # The two worst-ranked by the rule are as good a list as any: it still gets our prevote.
+    picked = priority_order(RUN_ID, 0, {}, PEERS)[-2:]
+    out = m.on_message(proposal(0, 0, picked), 0.2)
+    assert [v.phase for v in published(out, Vote)] == [PREVOTE]
