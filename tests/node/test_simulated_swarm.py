@@ -78,10 +78,13 @@ def test_same_config_same_run() -> None:
     assert torch.isfinite(torch.tensor(a.final_eval_loss))
 
 
-def test_bounded_inclusion_lists_k_fairly_and_tells_the_left_out_peers() -> None:
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_bounded_inclusion_lists_k_fairly_and_tells_the_left_out_peers(overlapped: bool) -> None:
     """K = 2 of 6: the daemon's rule picks the included, the others are told (``withheld``) so their error
-    feedback keeps what they sent, replicas stay identical, and a peer fetches about K payloads, not N."""
-    cfg = ExperimentConfig(strategy="distro", settings=_distro(), peers=6, max_included=2, **TINY)
+    feedback keeps what they sent, replicas stay identical, and a peer fetches about K payloads, not N. In
+    the overlapped order step s is applied (and its left-out peers told) after prepare(s + 1)."""
+    settings = _distro(overlapped=True) if overlapped else _distro()
+    cfg = ExperimentConfig(strategy="distro", settings=settings, peers=6, max_included=2, **TINY)
     swarm, _ = build_swarm(cfg)
     told: list[tuple[str, int]] = []
     for peer in swarm.peers:
@@ -93,6 +96,7 @@ def test_bounded_inclusion_lists_k_fairly_and_tells_the_left_out_peers() -> None
 
         peer.strategy.withheld = spy  # type: ignore[method-assign]
     reports = [swarm.step() for _ in range(3)]
+    swarm.flush()  # overlapped: the last step is applied (and its left-out peers told) here
     ids = [p.peer_id for p in swarm.peers]
     for r in reports:
         assert len(r.included_peers) == 2
