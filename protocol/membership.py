@@ -7,13 +7,17 @@ Two views, on purpose:
   so they hold identical rosters, and therefore rank leaders and count quorums identically. A roster built
   from each replica's own heartbeats would differ between replicas exactly when it matters (churn, lossy
   links) and two replicas could then disagree on who leads.
-* :class:`LivenessView` is *local*: heartbeats, goodbyes, last-seen times, reported progress. It only decides
-  things where replicas may safely differ: whom to wait for before a deadline, and whether we fell behind.
+* :class:`~.liveness.LivenessView` (protocol/liveness.py) is *local*: heartbeats, goodbyes, last-seen
+  times, reported progress. It only decides things where replicas may safely differ: whom to wait for before
+  a deadline, and whether we fell behind.
 
 Roster rules: the genesis peers start active. A newcomer enters when a leader lists it under ``warming`` (it
 announced for that step) and becomes active after ``warmup_rounds`` such rounds; only active ("eligible")
 peers may lead or be included. An active peer absent from ``max_missed_rounds`` consecutive decided lists is
-dropped (crash); a peer the leader lists under ``departed`` (it said goodbye) is dropped at once.
+dropped (crash); a peer the leader lists under ``departed`` (it said goodbye) is dropped at once. With a
+bound on inclusion (``max_included``), only the peers whose turn it was (``due``, decided by
+protocol/consensus/inclusion_bound.py) count a miss; every active peer left out waits one more round, and
+that ``waiting`` count is what orders the next step's turns.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class RosterEntry:
     # Rounds spent warming up (for WARMING peers); consecutive decided rounds missed (both statuses).
     warm_rounds: int = 0
     misses: int = 0
+    # Decided rounds since an ACTIVE peer was last included: its priority under a bound on inclusion.
+    waiting: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class RosterRules:
     max_missed_rounds: int
     max_peers: int
     max_joiners_per_round: int
+    max_included: int = 0  # the most payloads a list may include; 0: no bound
 
 
 class Roster:
@@ -121,6 +128,8 @@ class Roster:
         """
         if not self.is_eligible(lst.leader):
             return "leader is not an active roster peer"
+        if 0 < rules.max_included < len(lst.entries):
+            return f"{len(lst.entries)} entries exceed the bound of {rules.max_included}"
         for peer in lst.peers:
             if not self.is_eligible(peer):
                 return f"included peer {peer!r} is not an active roster peer"
@@ -153,11 +162,13 @@ class Roster:
         share = max(1, len(self._eligible) // 3)
         return max(0, min(per_round, share - warming))
 
-    def quorum_size(self, departed: Collection[str] = ()) -> int:
+    def quorum_size(self, departed: Collection[str] = (), max_included: int = 0) -> int:
         """Smallest strict majority of the active peers, not counting ``departed`` ones: how many payloads a
-        list must include (:meth:`has_quorum`)."""
+        list must include (:meth:`has_quorum`). Under a bound K below that, K: a list can hold no more, and
+        the vote quorum alone already keeps a minority side from deciding (see :meth:`has_quorum`)."""
         voters = sum(1 for p in self._eligible if p not in departed)
-        return voters // 2 + 1
+        majority = voters // 2 + 1
+        return min(majority, max_included) if max_included > 0 else majority
 
     def faults_tolerated(self) -> int:
         """f, the most Byzantine peers among the n active ones that agreement survives: n >= 3f + 1."""
@@ -175,25 +186,31 @@ class Roster:
         voters = sum(1 for p in self._eligible if p not in departed)
         return vote_quorum(voters, self.faults_tolerated())
 
-    def has_quorum(self, lst: InclusionList, known_left: Collection[str]) -> bool:
+    def has_quorum(self, lst: InclusionList, known_left: Collection[str], max_included: int = 0) -> bool:
         """Partition rule: a list must include a strict majority of the active roster.
 
         Two sides of a partition cannot both hold a strict majority, so at most one side makes progress and
         the other applies nothing (threats.md N5). Peers the list calls departed leave the count only if we
         saw their goodbye ourselves: a leader cannot shrink the quorum by claiming departures, and a goodbye
         is signed by the peer that leaves.
+
+        With a bound K below the majority, K entries suffice: the payload count then no longer tells the
+        sides apart, but a decision still needs a vote quorum (more than half of the active roster), which
+        a minority side cannot gather, so it still decides nothing.
         """
         departed = set(lst.departed) & set(known_left)
-        return len(lst.entries) >= self.quorum_size(departed)
+        return len(lst.entries) >= self.quorum_size(departed, max_included)
 
     def advance(
-        self, lst: InclusionList, rules: RosterRules
+        self, lst: InclusionList, rules: RosterRules, due: Collection[str] | None = None
     ) -> tuple[Roster, tuple[tuple[str, str], ...], tuple[str, ...]]:
         """Roster for the next step after ``lst`` was decided.
 
         Returns ``(roster, changes, missed)``: ``changes`` are ``(peer_id, change)`` with change in
-        ``round_actions.MEMBERSHIP_CHANGES``; ``missed`` are the active peers not included this step.
-        Call only with a list that passed :meth:`check_list`.
+        ``round_actions.MEMBERSHIP_CHANGES``; ``missed`` are the active peers not included this step that
+        were ``due`` (None: every peer is due, as without a bound on inclusion). An active peer left out
+        while not due keeps its miss count and only waits one round more. Call only with a list that passed
+        :meth:`check_list`.
         """
         included = set(lst.peers)
         warming = set(lst.warming)
@@ -216,13 +233,19 @@ class Roster:
                 else:
                     new[peer] = RosterEntry(PeerStatus.WARMING, warm_rounds=rounds)
                 continue
+            active = entry.status is PeerStatus.ACTIVE
+            waiting = entry.waiting + 1 if active else 0
+            if active and due is not None and peer not in due:
+                new[peer] = RosterEntry(entry.status, misses=entry.misses, waiting=waiting)
+                continue
             misses = entry.misses + 1
-            if entry.status is PeerStatus.ACTIVE:
+            if active:
                 missed.append(peer)
             if misses >= rules.max_missed_rounds:
                 changes.append((peer, "dropped_missed"))
             else:
-                new[peer] = RosterEntry(entry.status, warm_rounds=entry.warm_rounds, misses=misses)
+                new[peer] = RosterEntry(entry.status, warm_rounds=entry.warm_rounds, misses=misses,
+                                        waiting=waiting)
         for peer in sorted(warming - self._peers.keys()):
             if rules.warmup_rounds <= 1:
                 new[peer] = RosterEntry(PeerStatus.ACTIVE)
@@ -234,7 +257,9 @@ class Roster:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "peers": [[p, e.status.value, e.warm_rounds, e.misses] for p, e in self._peers.items()],
+            "peers": [
+                [p, e.status.value, e.warm_rounds, e.misses, e.waiting] for p, e in self._peers.items()
+            ],
         }
 
     @classmethod
@@ -247,21 +272,22 @@ class Roster:
             raise MembershipError("schema", f"roster peers must be a list of 1..{MAX_LIST_PEERS} rows")
         peers: dict[str, RosterEntry] = {}
         for i, row in enumerate(rows):
-            if not isinstance(row, list | tuple) or len(row) != 4:
-                raise MembershipError("schema", f"roster row {i} must be [peer_id, status, warm, misses]")
-            peer, status, warm, misses = row
+            if not isinstance(row, list | tuple) or len(row) != 5:
+                raise MembershipError("schema", f"roster row {i} must be [peer_id, status, warm, misses, "
+                                                f"waiting]")
+            peer, status, warm, misses, waiting = row
             try:
                 check_peer_id(f"roster[{i}]", peer)
             except MessageError as exc:
                 raise MembershipError("schema", str(exc)) from exc
             if status not in (PeerStatus.ACTIVE.value, PeerStatus.WARMING.value):
                 raise MembershipError("schema", f"roster row {i} has unknown status")
-            for name, value in (("warm_rounds", warm), ("misses", misses)):
+            for name, value in (("warm_rounds", warm), ("misses", misses), ("waiting", waiting)):
                 if type(value) is not int or not 0 <= value <= 1_000_000:
                     raise MembershipError("schema", f"roster row {i} has a bad {name}")
             if peer in peers:
                 raise MembershipError("schema", f"roster lists {peer!r} twice")
-            peers[peer] = RosterEntry(PeerStatus(status), warm_rounds=warm, misses=misses)
+            peers[peer] = RosterEntry(PeerStatus(status), warm_rounds=warm, misses=misses, waiting=waiting)
         roster = cls(peers)
         if not roster.eligible():
             raise MembershipError("schema", "roster has no active peer")
@@ -288,105 +314,3 @@ class SyncState:
         if type(step) is not int or not 0 <= step <= MAX_STEP:
             raise MembershipError("schema", "next_step must be a non-negative int")
         return cls(next_step=step, roster=Roster.from_dict(data["roster"]))
-
-
-GOODBYE_LOOKAHEAD = 1
-
-
-class LivenessView:
-    """Local, bounded memory of when each peer was last heard from, how far it got, and who said goodbye.
-
-    At most ``max_tracked`` peers are remembered; when full, the least recently seen peer outside the
-    protected set (the roster) is forgotten, so a flood of made-up peer ids cannot grow memory.
-    """
-
-    def __init__(self, max_tracked: int) -> None:
-        if type(max_tracked) is not int or max_tracked < 1:
-            raise MembershipError("config", "max_tracked must be a positive int")
-        self._max = max_tracked
-        self._last_seen: dict[str, float] = {}
-        self._step: dict[str, int] = {}
-        self._left_at: dict[str, int] = {}  # peer -> first step it said it will not take part in
-        self._lost: set[str] = set()  # our last connection to the peer closed and nothing was heard since
-        self.evicted = 0
-        self.refused = 0
-        self.stale_goodbyes = 0
-
-    def __len__(self) -> int:
-        return len(self._last_seen)
-
-    def observe(self, peer_id: str, now: float, step: int | None, protected: Collection[str]) -> bool:
-        """Record a sign of life (and progress, if ``step`` is given). False if the peer could not be tracked.
-
-        A message for a step at or after the one a peer said goodbye from means it came back (rejoined);
-        older ones are late deliveries and do not undo the goodbye.
-        """
-        if peer_id not in self._last_seen and not self._make_room(protected):
-            self.refused += 1
-            return False
-        self._last_seen[peer_id] = max(now, self._last_seen.get(peer_id, now))
-        self._lost.discard(peer_id)
-        if step is not None:
-            self._step[peer_id] = max(step, self._step.get(peer_id, step))
-            left = self._left_at.get(peer_id)
-            if left is not None and step >= left:
-                del self._left_at[peer_id]
-        return True
-
-    def goodbye(self, peer_id: str, now: float, step: int, protected: Collection[str]) -> bool:
-        """A goodbye from ``step`` on, unless the peer was since heard from further on: then it is an old
-        goodbye replayed (a signed message stays valid forever, and py-libp2p forgets the ids it has seen
-        after 120 s), and would make us stop counting a peer that is back. An honest peer is at most
-        ``GOODBYE_LOOKAHEAD`` steps ahead of the step it leaves from (an overlapped peer announces the next
-        step while the current one is decided). False only for such a stale goodbye."""
-        seen = self._step.get(peer_id)
-        if seen is not None and seen > step + GOODBYE_LOOKAHEAD:
-            self.stale_goodbyes += 1
-            return False
-        if peer_id not in self._last_seen and not self._make_room(protected):
-            self.refused += 1
-            return True
-        self._last_seen[peer_id] = max(now, self._last_seen.get(peer_id, now))
-        self._left_at[peer_id] = step
-        return True
-
-    def lost(self, peer_id: str) -> None:
-        """Our last connection to a peer closed: treat it as silent until we hear from it again.
-
-        A crashed process's sockets are closed by its kernel, so this is the first sign of a crash, seconds
-        to ``liveness_timeout`` before its silence would be. It is local evidence only, like silence: it
-        changes whom we wait for, never what is decided. Only tracked peers are marked, so it costs no room.
-        """
-        if peer_id in self._last_seen:
-            self._lost.add(peer_id)
-
-    def has_left(self, peer_id: str) -> bool:
-        return peer_id in self._left_at
-
-    def left_peers(self) -> frozenset[str]:
-        return frozenset(self._left_at)
-
-    def is_alive(self, peer_id: str, now: float, timeout: float) -> bool:
-        seen = self._last_seen.get(peer_id)
-        return (seen is not None and peer_id not in self._left_at and peer_id not in self._lost
-                and now - seen <= timeout)
-
-    def last_seen(self, peer_id: str) -> float | None:
-        return self._last_seen.get(peer_id)
-
-    def highest_step(self, peer_id: str) -> int | None:
-        return self._step.get(peer_id)
-
-    def _make_room(self, protected: Collection[str]) -> bool:
-        if len(self._last_seen) < self._max:
-            return True
-        candidates = [p for p in self._last_seen if p not in protected]
-        if not candidates:
-            return False
-        victim = min(candidates, key=lambda p: (self._last_seen[p], p))
-        self._last_seen.pop(victim, None)
-        self._step.pop(victim, None)
-        self._left_at.pop(victim, None)
-        self._lost.discard(victim)
-        self.evicted += 1
-        return True

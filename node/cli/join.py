@@ -142,6 +142,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--warmup-rounds", type=int, default=None,
                      help=config_help("rounds a newcomer trains without being included",
                                       "run.rounds.warmup_rounds"))
+    run.add_argument("--max-included", type=int, default=None, metavar="K",
+                     help=config_help("at most K payloads per step, the peers that waited longest first; "
+                                      "0: all", "run.rounds.max_included"))
     run.add_argument("--genesis-peers", type=int, default=1,
                      help="start step 0 once this many peers (the founder included) have joined "
                           "(default %(default)s: start at once; later peers join mid-run)")
@@ -222,6 +225,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "run.rounds.leader_timeout_seconds": args.leader_timeout,
         "run.rounds.liveness_timeout_seconds": args.liveness_timeout,
         "run.rounds.warmup_rounds": args.warmup_rounds,
+        "run.rounds.max_included": args.max_included,
         "log_level": args.log_level,
         "metrics.host": args.metrics_host,
         "metrics.port": args.metrics_port,

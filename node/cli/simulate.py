@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import torch
+from distro_node.node.cli.common import config_default, config_help
 from distro_node.node.plots import plot_losses
 from distro_node.node.presets import PRESETS
 from distro_node.node.sim.experiment import ExperimentConfig, ExperimentResult, run_experiment
@@ -40,6 +41,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="sequences per peer per step (default 8)")
     p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)")
     p.add_argument("--seed", type=int, default=0, help="model init and run seed (default 0)")
+    p.add_argument(
+        "--max-included", type=int, default=config_default("run.rounds.max_included"), metavar="K",
+        help=config_help("at most K payloads per step, chosen by the daemon's rule; 0: all",
+                         "run.rounds.max_included"),
+    )
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: small models)")
     p.add_argument(
         "--out", type=Path, default=Path("runs/simulate"), help="where result.json and loss.png go"
@@ -91,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         seq_len=args.seq_len,
         seed=args.seed,
+        max_included=args.max_included,
         eval_every=max(args.steps // 10, 1),
     )
     from distro_node.node.model import param_count
@@ -138,6 +145,8 @@ def _summary(result: ExperimentResult, out: Path) -> None:
     print(f"  held-out loss     {result.final_eval_loss:.3f} (data floor {floor})")
     print(f"  sent per peer     {result.payload_bytes_per_step / 1e3:.2f} kB/step "
           f"(dense bf16 gradient {result.dense_bf16_bytes / 1e3:.0f} kB: {result.reduction:,.0f}x less)")
+    print(f"  fetched per peer  {result.fetched_bytes_per_step / 1e3:.2f} kB/step (the others' payloads it "
+          f"needs); longest gap between a peer's inclusions {result.max_inclusion_gap} steps")
     print(f"  replicas          {'bit-identical' if result.replicas_identical else 'DIVERGED'}")
     print(f"  wall time         {result.seconds:.1f} s")
     print(f"  result            {out / 'result.json'}")

@@ -18,6 +18,7 @@ from distro_node.node.presets import UnknownPresetError, preset
 from distro_node.optimizer.config import StrategyConfig
 from distro_node.optimizer.errors import ConfigError
 from distro_node.optimizer.registry import STRATEGIES, make_config
+from distro_node.protocol.messages import MAX_LIST_PEERS
 
 DATA_KINDS: tuple[str, ...] = ("embedded", "text", "tokens", "shards")
 TOKEN_DTYPES: tuple[str, ...] = ("auto", "uint16", "uint32")
@@ -112,6 +113,11 @@ class RoundsConfig(Section):
         default=3,
         metadata=doc("consecutive lists a roster peer may miss before every replica drops it"),
     )
+    max_included: int = field(
+        default=0,
+        metadata=doc("at most this many payloads per step, the peers that waited longest first; 0: all "
+                     "(traffic per peer then grows with the swarm; see docs/benchmarks.md)"),
+    )
 
     def check(self) -> None:
         for name in ("round_timeout_seconds", "leader_timeout_seconds", "liveness_timeout_seconds"):
@@ -121,6 +127,7 @@ class RoundsConfig(Section):
             raise self._fail("leader_timeout_seconds", "must be < 4 x round_timeout_seconds")
         for name in ("warmup_rounds", "max_missed_rounds"):
             self._range(name, 1, 1000)
+        self._range("max_included", 0, MAX_LIST_PEERS)
 
 
 ADMISSION_MODES: tuple[str, ...] = ("open", "permissioned")

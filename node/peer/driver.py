@@ -43,7 +43,9 @@ class Decisions:
     def __init__(self) -> None:
         self.applies: dict[int, ApplyInclusionList] = {}
         self.resync: ResyncNeeded | None = None
-        self._missed: dict[int, list[str]] = {}  # step -> active roster peers its decided list left out
+        # step -> active roster peers its decided list left out while it was their turn (under a bound K on
+        # inclusion, the others only wait: protocol/consensus/inclusion_bound.py)
+        self._missed: dict[int, list[str]] = {}
 
     def take_resync(self) -> ResyncNeeded | None:
         request, self.resync = self.resync, None

@@ -8,10 +8,10 @@ makes two runs founded with equal settings distinct runs.
 Round timings and the roster rules (warm-up rounds, missed rounds) are in the manifest too: they are
 replicated state (every replica must drop and activate peers at the same step), not a local preference.
 
-Fields added after the first version (``grad_clip``, ``data``, ``init``, ``founder``, ``genesis``) are left
-out of the canonical bytes while they hold their default, so an embedded-data run with the default clipping
-has the same bytes, hence the same run id, as before they existed (a founder's checkpoint still resumes its
-run).
+Fields added after the first version (``grad_clip``, ``data``, ``init``, ``founder``, ``genesis``,
+``rounds.max_included``) are left out of the canonical bytes while they hold their default, so an
+embedded-data run with the default clipping has the same bytes, hence the same run id, as before they
+existed (a founder's checkpoint still resumes its run).
 Writing such a field out at its default is not canonical and is refused, so every manifest still has exactly
 one byte form. What stays out of the manifest on purpose: the device, the precision, gradient accumulation
 and the paths of the data file and of an imported checkpoint, which are per-process choices
@@ -40,6 +40,7 @@ from distro_node.node.model import ModelConfig
 from distro_node.optimizer.errors import ConfigError
 from distro_node.optimizer.registry import STRATEGIES, make_config
 from distro_node.protocol.consensus import RoundConfig, RoundConfigError
+from distro_node.protocol.messages import MAX_LIST_PEERS
 from distro_node.protocol.signatures import is_ed25519_peer_id
 
 from ..data.data_manifest import MAX_VOCAB
@@ -68,12 +69,15 @@ class RoundSettings:
     liveness_timeout: float = _ROUNDS.liveness_timeout_seconds
     warmup_rounds: int = _ROUNDS.warmup_rounds
     max_missed_rounds: int = _ROUNDS.max_missed_rounds
+    # The most payloads a step includes (protocol/consensus/inclusion_bound.py); 0: all. Left out of the bytes
+    # at 0, so runs from before it existed keep their run id.
+    max_included: int = _ROUNDS.max_included
 
     @classmethod
     def from_config(cls, rounds: RoundsConfig) -> RoundSettings:
         return cls(round_timeout=rounds.round_timeout_seconds, leader_timeout=rounds.leader_timeout_seconds,
                    liveness_timeout=rounds.liveness_timeout_seconds, warmup_rounds=rounds.warmup_rounds,
-                   max_missed_rounds=rounds.max_missed_rounds)
+                   max_missed_rounds=rounds.max_missed_rounds, max_included=rounds.max_included)
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,7 @@ class DataSpec:
 
 # Later fields and the values at which they are left out of the canonical bytes (see the module docstring).
 _DATA_OMITTED_AT_DEFAULT: dict[str, Any] = {"tokenizer_sha256": "", "vocab_size": 0}
+_ROUNDS_OMITTED_AT_DEFAULT: dict[str, Any] = {"max_included": 0}
 _OMITTED_AT_DEFAULT: dict[str, Any] = {"grad_clip": DEFAULT_GRAD_CLIP, "data": DataSpec(), "init": InitSpec(),
                                        "founder": "", "genesis": ""}
 
@@ -203,6 +208,9 @@ class RunManifest:
         r = self.rounds
         if r.leader_timeout >= r.round_timeout * 4 or r.liveness_timeout <= 0:
             raise ManifestError("rounds", "timeouts out of range")
+        if type(r.max_included) is not int or not 0 <= r.max_included <= MAX_LIST_PEERS:
+            raise ManifestError("rounds.max_included", f"must be an int in [0, {MAX_LIST_PEERS}] (0: all), "
+                                                       f"got {r.max_included!r}")
 
     @property
     def chain_root(self) -> str:
@@ -248,6 +256,9 @@ class RunManifest:
         for name, default in _DATA_OMITTED_AT_DEFAULT.items():
             if "data" in doc and doc["data"][name] == default:
                 del doc["data"][name]
+        for name, default in _ROUNDS_OMITTED_AT_DEFAULT.items():
+            if doc["rounds"][name] == default:
+                del doc["rounds"][name]
         return doc
 
     def to_bytes(self) -> bytes:
@@ -282,13 +293,15 @@ class RunManifest:
         init = InitSpec.from_doc(doc.get("init", InitSpec().to_doc()))
         rounds = doc["rounds"]
         round_keys = set(RoundSettings.__dataclass_fields__)
-        if not isinstance(rounds, dict) or set(rounds) != round_keys:
-            raise ManifestError("rounds", f"expected exactly {sorted(round_keys)}")
+        round_required = round_keys - set(_ROUNDS_OMITTED_AT_DEFAULT)
+        if not isinstance(rounds, dict) or not round_required <= set(rounds) <= round_keys:
+            raise ManifestError("rounds", f"expected {sorted(round_required)}, optionally "
+                                          f"{sorted(_ROUNDS_OMITTED_AT_DEFAULT)}")
         for name in ("round_timeout", "leader_timeout", "liveness_timeout"):
             if isinstance(rounds[name], bool) or not isinstance(rounds[name], int | float):
                 raise ManifestError(f"rounds.{name}", "must be a number")
-        for name in ("warmup_rounds", "max_missed_rounds"):
-            if type(rounds[name]) is not int:
+        for name in ("warmup_rounds", "max_missed_rounds", "max_included"):
+            if name in rounds and type(rounds[name]) is not int:
                 raise ManifestError(f"rounds.{name}", "must be an int")
         if not isinstance(doc["settings"], dict):
             raise ManifestError("settings", "must be a mapping")
@@ -314,6 +327,7 @@ class RunManifest:
                 liveness_timeout=float(r.liveness_timeout),
                 warmup_rounds=r.warmup_rounds,
                 max_missed_rounds=r.max_missed_rounds,
+                max_included=r.max_included,
                 max_payload_bytes=max_payload_bytes,
                 behind_steps=net.behind_steps,
                 reannounce_interval=net.reannounce_seconds,

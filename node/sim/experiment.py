@@ -65,6 +65,9 @@ class ExperimentConfig:
     # device, so they stay bit-identical there; like a daemon's, these are local and not part of the run id.
     device: str = "cpu"
     precision: str = "auto"
+    # At most this many payloads per step (the manifest's rounds.max_included); 0: all. Not part of the run
+    # id, so a bounded run and its unbounded twin train on the same tokens.
+    max_included: int = 0
 
     def __post_init__(self) -> None:
         for name in ("peers", "steps", "batch_size", "eval_batches"):
@@ -84,6 +87,10 @@ class ExperimentConfig:
                 raise ExperimentConfigError("faults", f"peer {index}: expected a FaultSpec, got {fault!r}")
         if not isinstance(self.exclusion, bool):
             raise ExperimentConfigError("exclusion", f"must be a bool, got {self.exclusion!r}")
+        if isinstance(self.max_included, bool) or not isinstance(self.max_included, int) or not (
+            0 <= self.max_included
+        ):
+            raise ExperimentConfigError("max_included", f"must be an int >= 0, got {self.max_included!r}")
         if self.device not in AUTO_ORDER:
             raise ExperimentConfigError(
                 "device", f"must be one of {', '.join(AUTO_ORDER)}, got {self.device!r}")
@@ -96,7 +103,7 @@ class ExperimentConfig:
         honest twin draw the same batches for the same peer ids (a paired comparison)."""
         doc = asdict(self)
         doc["settings"] = dict(self.settings)
-        for name in ("faults", "exclusion", "score_policy", "device", "precision"):
+        for name in ("faults", "exclusion", "score_policy", "device", "precision", "max_included"):
             doc.pop(name)
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).digest()
 
@@ -115,6 +122,10 @@ class ExperimentResult:
     phase_seconds: dict[str, float]
     ban_steps: dict[str, int] = field(default_factory=dict)  # peer id -> step after which it was left out
     rejected: int = 0  # messages that failed validation over the run
+    fetched_bytes_per_step: float = 0.0  # mean payload bytes one peer downloads per step
+    # The most steps between two lists including the same peer (counting from before the first step and to
+    # after the last): 1 when every list includes everyone.
+    max_inclusion_gap: int = 0
 
     @property
     def reduction(self) -> float:
@@ -139,6 +150,8 @@ class ExperimentResult:
             "phase_seconds": self.phase_seconds,
             "ban_steps": self.ban_steps,
             "rejected": self.rejected,
+            "fetched_bytes_per_step": self.fetched_bytes_per_step,
+            "max_inclusion_gap": self.max_inclusion_gap,
             "history": self.history,
         }
 
@@ -192,6 +205,7 @@ def build_swarm(
         scores=ScoreKeeper(cfg.score_policy) if cfg.exclusion else None,
         observer=observer,
         fault_seed=cfg.seed,
+        max_included=cfg.max_included,
     )
     return swarm, source
 
@@ -215,14 +229,22 @@ def run_experiment(
     history: list[dict[str, float]] = []
     phases: dict[str, float] = {}
     total_bytes = 0.0
+    fetched_bytes = 0.0
     rejected = 0
+    last_included = {p.peer_id: -1 for p in swarm.peers}
+    max_gap = 0
     for _ in range(cfg.steps):
         report = swarm.step()
         total_bytes += report.payload_bytes
+        fetched_bytes += report.fetched_bytes
         rejected += report.rejected
+        for peer_id in report.included_peers:
+            max_gap = max(max_gap, report.step - last_included[peer_id])
+            last_included[peer_id] = report.step
         for k, v in report.seconds.items():
             phases[k] = phases.get(k, 0.0) + v
-        row = {"step": report.step, "loss": report.loss, "payload_bytes": report.payload_bytes}
+        row = {"step": report.step, "loss": report.loss, "payload_bytes": report.payload_bytes,
+               "fetched_bytes": report.fetched_bytes}
         if cfg.eval_every and (report.step + 1) % cfg.eval_every == 0 and report.step + 1 < cfg.steps:
             row["eval_loss"] = swarm.eval_loss(held_out)
         history.append(row)
@@ -232,6 +254,7 @@ def run_experiment(
     final = swarm.eval_loss(held_out)
     history[-1]["eval_loss"] = final
     hashes = swarm.hashes()
+    max_gap = max([max_gap] + [cfg.steps - last for last in last_included.values()])
     n_params = param_count(model_cfg)
     return ExperimentResult(
         config=cfg,
@@ -246,4 +269,6 @@ def run_experiment(
         phase_seconds=phases,
         ban_steps=dict(swarm.ban_steps),
         rejected=rejected,
+        fetched_bytes_per_step=fetched_bytes / cfg.steps,
+        max_inclusion_gap=max_gap,
     )

@@ -8,6 +8,11 @@ Degraded and malicious peers: ``faults`` (peer index -> :class:`FaultSpec`) make
 fault injector produces; with a ``scores`` keeper the swarm plays the round leader's part: it scores every
 included peer once per step (leave-one-out agreement, validation failures, equivocation, silence) and leaves
 banned peers out of the included set from the NEXT step on, the same set for every replica.
+
+Bounded inclusion (``max_included`` = K > 0): the included set is the top K of the valid payloads by the
+daemon's own rule (protocol/consensus/inclusion_bound.py, the function the round machine calls), with the
+waiting counts a roster would hold, and each peer is counted as fetching only the payloads of the fetch
+window (K plus the round config's margin) instead of all N. Peers left out are told (``withheld``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from distro_node.node.faults import FaultInjector, FaultSpec
 from distro_node.node.hashing import model_hash
 from distro_node.node.sim.scoring import round_observations
 from distro_node.optimizer.base import Strategy
+from distro_node.protocol.consensus.config import DEFAULT_INCLUSION_FETCH_MARGIN
+from distro_node.protocol.consensus.inclusion_bound import fetch_window, next_waiting, select_included
 from distro_node.protocol.scores import ScoreKeeper
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -55,6 +62,8 @@ class StepReport:
     equivocators: tuple[str, ...] = ()  # peers that sent two different payloads this step (none applied)
     banned: tuple[str, ...] = ()  # peers newly banned after this step (left out from the next step on)
     scores: dict[str, float] = field(default_factory=dict)  # leave-one-out agreement of included peers
+    fetched_bytes: float = 0.0  # mean payload bytes one peer downloads (the others' payloads it fetches)
+    included_peers: tuple[str, ...] = ()  # whose payloads this step's list includes
 
 
 class SimulatedSwarm:
@@ -75,9 +84,14 @@ class SimulatedSwarm:
         scores: ScoreKeeper | None = None,
         observer: Observer | None = None,
         fault_seed: int = 0,
+        max_included: int = 0,
+        fetch_margin: int = DEFAULT_INCLUSION_FETCH_MARGIN,
     ) -> None:
         if peers < 1:
             raise ValueError(f"peers must be >= 1, got {peers}")
+        for name, value in (("max_included", max_included), ("fetch_margin", fetch_margin)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
         faults = dict(faults or {})
         for index in faults:
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < peers:
@@ -100,6 +114,9 @@ class SimulatedSwarm:
         self.observer = observer
         self.ban_steps: dict[str, int] = {}
         self.step_index = 0
+        self.max_included = max_included
+        self.fetch_margin = fetch_margin
+        self.waiting: dict[str, int] = {}  # rounds since each peer was last included, as a roster keeps it
         self._pending: tuple[int, dict[str, Payload]] | None = None
         self._spec: PayloadSpec = self.peers[0].strategy.spec()
 
@@ -143,6 +160,8 @@ class SimulatedSwarm:
             seconds["codec"] += t3 - t2
         t0 = time.perf_counter()
         received, rejected, invalid, equivocators = self._decode_all(s, sent)
+        fetched = self._fetched_bytes(s, sent, equivocators)
+        received = self._bound(s, received)
         seconds["codec"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         scores, banned = self._score(s, sent, received, invalid, equivocators)
@@ -169,6 +188,8 @@ class SimulatedSwarm:
             equivocators=tuple(equivocators),
             banned=tuple(banned),
             scores=scores,
+            fetched_bytes=fetched,
+            included_peers=tuple(sorted(received)),
         )
 
     def flush(self) -> None:
@@ -205,6 +226,25 @@ class SimulatedSwarm:
                 continue
             out[peer_id] = payload
         return out, rejected, invalid, equivocators
+
+    def _bound(self, step: int, received: dict[str, Payload]) -> dict[str, Payload]:
+        """The included payloads: the top K valid ones by the daemon's rule; the waiting counts move on."""
+        included = select_included(self.run_id, step, self.waiting, received, self.max_included)
+        active = [p.peer_id for p in self.peers if not (self.scores and self.scores.is_banned(p.peer_id))]
+        self.waiting = next_waiting(self.waiting, active, included)
+        return {p: received[p] for p in included}
+
+    def _fetched_bytes(self, step: int, sent: Mapping[str, list[bytes]], equivocators: list[str]) -> float:
+        """Mean bytes a peer downloads: the others' payloads in the fetch window (all of them, unbounded)."""
+        candidates = [
+            p for p, msgs in sent.items()
+            if msgs and p not in equivocators and not (self.scores and self.scores.is_banned(p))
+        ]
+        window = fetch_window(self.run_id, step, self.waiting, candidates, self.max_included,
+                              self.fetch_margin)
+        sizes = {p: len(sent[p][0]) for p in window}
+        total = sum(sizes.values())
+        return sum(total - sizes.get(peer.peer_id, 0) for peer in self.peers) / len(self.peers)
 
     def _score(
         self,

@@ -35,11 +35,12 @@ from ..ballots import PRECOMMIT, PREVOTE, Vote, vote_statement
 from ..evidence import Equivocation
 from ..inclusion_list import Endorsements, InclusionList
 from ..membership import Roster
+from . import inclusion_bound
 from .actions import Action, MembershipChanged, PeerMissed, Penalize, Publish
 from .bans import Bans
 from .context import Local
 from .epochs import collection_complete, collection_over
-from .round_state import Ballot, RoundState, build_list, designated_leader
+from .round_state import Ballot, RoundState, build_list, designated_leader, roster_waiting
 from .window import StepWindow
 
 
@@ -90,7 +91,7 @@ def _acceptable(rnd: RoundState, roster: Roster, lst: InclusionList, digest: byt
     held and validated (see "Availability" above)."""
     if bans.refuses(rnd.step, epoch, digest, lst, me.counters):
         return False
-    if not roster.has_quorum(lst, me.left()):
+    if not roster.has_quorum(lst, me.left(), me.config.max_included):
         if digest not in rnd.below_quorum:
             rnd.below_quorum.add(digest)
             me.counters.count("below_quorum_list")
@@ -184,7 +185,9 @@ def decide(
     rnd.certificate = certificate
     me.counters.count("rounds_decided")
     window.evidence.settle(proof.peer for proof in lst.evidence)
-    new_roster, changes, missed = roster.advance(lst, me.rules)
+    due = inclusion_bound.due_peers(me.config.run_id, rnd.step, roster_waiting(roster), roster.eligible(),
+                                    me.config.max_included)
+    new_roster, changes, missed = roster.advance(lst, me.rules, due)
     window.move_frontier(rnd.step, new_roster, me.now)
     out.extend(PeerMissed(rnd.step, p) for p in missed)
     out.extend(MembershipChanged(rnd.step, p, change) for p, change in changes)
@@ -215,7 +218,7 @@ def maybe_propose(
         if me.now < anchor + cfg.collect_timeout and not collection_complete(rnd, roster, banned, me):
             return False
         lst = build_list(bans.without_banned(rnd), roster, cfg.run_id, 0, me.self_id, left,
-                         cfg.max_joiners_per_round, cfg.max_roster_peers, evidence)
+                         cfg.max_joiners_per_round, cfg.max_roster_peers, evidence, cfg.max_included)
     else:
         eligible = set(roster.eligible())
         reporters = [p for p, e in rnd.statuses.items() if e == epoch and p in eligible]
@@ -231,7 +234,7 @@ def maybe_propose(
             return False  # took over early from an absent leader: build from what epoch 0 would have
         else:
             lst = build_list(bans.without_banned(rnd), roster, cfg.run_id, epoch, me.self_id, left,
-                             cfg.max_joiners_per_round, cfg.max_roster_peers, evidence)
+                             cfg.max_joiners_per_round, cfg.max_roster_peers, evidence, cfg.max_included)
     if lst is None:
         return False
     digest = lst.digest()

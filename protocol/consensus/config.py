@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 from ..messages import MAX_LIST_PEERS, MAX_PAYLOAD_BYTES, RUN_ID_BYTES
 
+# Under a bound on inclusion, the candidates beyond it a peer fetches in case a top one fails to arrive: two
+# keep a run going through one bad or slow payload per step while adding 2/K to the traffic.
+DEFAULT_INCLUSION_FETCH_MARGIN = 2
+
 
 class RoundConfigError(ValueError):
     """A round setting is out of range; the message names the field."""
@@ -41,6 +45,10 @@ class RoundConfig:
     max_announcements_per_step: int = 512
     max_lists_per_step: int = 8
     max_payload_bytes: int = 64 << 20
+    # The most payloads one step's list includes (protocol/consensus/inclusion_bound.py); 0: all of them.
+    max_included: int = 0
+    # Under that bound, how many candidates beyond it a peer fetches (see the constant's comment).
+    inclusion_fetch_margin: int = DEFAULT_INCLUSION_FETCH_MARGIN
     # Resync when a majority of the roster reports a step at least this far ahead of ours.
     behind_steps: int = 2
     # While a round is stalled, republish our announcement this often (a partition may have eaten it).
@@ -80,6 +88,8 @@ class RoundConfig:
             "max_lists_per_step": (1, 1000),
             "max_payload_bytes": (1, MAX_PAYLOAD_BYTES),
             "behind_steps": (1, 1_000_000),
+            "max_included": (0, MAX_LIST_PEERS),
+            "inclusion_fetch_margin": (0, MAX_LIST_PEERS),
         }
         for name, (lo, hi) in limits.items():
             value = getattr(self, name)

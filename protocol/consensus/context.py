@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from ..membership import LivenessView, Roster, RosterRules
+from ..liveness import LivenessView
+from ..membership import Roster, RosterRules
 from ..message_fields import Signer
 from .config import RoundConfig
 

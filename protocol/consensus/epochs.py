@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from ..ballots import Status
 from ..membership import Roster
+from . import inclusion_bound
 from .actions import Action, Publish, RoundStalled
 from .context import Local
-from .round_state import RoundState, designated_leader
+from .round_state import RoundState, designated_leader, roster_waiting
 
 # Bounded jump: a lying peer can waste epochs (leaders' turns), never make us skip past the limit.
 MAX_EPOCH_JUMP = 1000
@@ -68,8 +69,14 @@ def expected_peers(rnd: RoundState, roster: Roster, banned: frozenset[str], me: 
 
 def collection_complete(rnd: RoundState, roster: Roster, banned: frozenset[str], me: Local) -> bool:
     """Every live active peer's payload validated or refused; one whose author denied holding it will not
-    come (``RoundMachine.on_payload_denied``), so it is not waited for."""
-    for peer in expected_peers(rnd, roster, banned, me):
+    come (``RoundMachine.on_payload_denied``), so it is not waited for. Under a bound K on inclusion, only
+    the K best live active peers by priority that can still be included: the rest would not be listed."""
+    expected = expected_peers(rnd, roster, banned, me)
+    k = me.config.max_included
+    if inclusion_bound.bounded(k, len(roster.eligible())):
+        warming = [p for p in expected if not roster.is_eligible(p)]
+        expected = warming + _turns_awaited(rnd, roster, expected, me)
+    for peer in expected:
         if peer in rnd.denied:
             continue
         ann = rnd.announcements.get(peer)
@@ -79,6 +86,23 @@ def collection_complete(rnd: RoundState, roster: Roster, banned: frozenset[str],
         if key not in rnd.validated and key not in rnd.invalid:
             return False
     return True
+
+
+def _turns_awaited(rnd: RoundState, roster: Roster, expected: list[str], me: Local) -> list[str]:
+    """The first K expected active peers in priority order, passing over those that cannot be included
+    (refused payload, denied, equivocated): they are the ones a leader's list would hold."""
+    cfg = me.config
+    ranked = inclusion_bound.priority_order(cfg.run_id, rnd.step, roster_waiting(roster),
+                                            (p for p in expected if roster.is_eligible(p)))
+    awaited: list[str] = []
+    for peer in ranked:
+        if len(awaited) >= cfg.max_included:
+            break
+        ann = rnd.announcements.get(peer)
+        if peer in rnd.denied or (ann is not None and (peer, ann.payload_hash) in rnd.invalid):
+            continue
+        awaited.append(peer)
+    return awaited
 
 
 def collection_over(rnd: RoundState, roster: Roster, banned: frozenset[str], me: Local) -> bool:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ..ballots import Certificate, Status, Vote
-from ..membership import LivenessView, Roster, RosterRules, SyncState
+from ..liveness import LivenessView
+from ..membership import Roster, RosterRules, SyncState
 from ..message_fields import Signer
 from ..messages import Announcement, Goodbye, Heartbeat, InclusionList, Message, check_peer_id
 from . import admission, agreement, epochs, laggards, progress
@@ -50,6 +51,7 @@ class RoundMachine:
             max_missed_rounds=config.max_missed_rounds,
             max_peers=config.max_roster_peers,
             max_joiners_per_round=config.max_joiners_per_round,
+            max_included=config.max_included,
         )
         self._now = float(now)
         self._leaving = False

@@ -9,10 +9,11 @@ weights diverged finds out within one round and repairs it by state sync.
 from __future__ import annotations
 
 from ..messages import InclusionList
+from . import inclusion_bound
 from .actions import Action, ApplyInclusionList, FetchPayload, Penalize, ResyncNeeded
 from .bans import Bans
 from .context import Local
-from .round_state import RoundState, strict_majority
+from .round_state import RoundState, roster_waiting, strict_majority
 from .window import StepWindow
 
 
@@ -41,7 +42,10 @@ def fetch(window: StepWindow, bans: Bans, me: Local, out: list[Action]) -> None:
     fetched too, though never aggregated while they warm up: a leader lists a newcomer only once its payload
     arrived and passed validation (round_state.build_list), so an identity that cannot serve what it signed
     (one process announcing for many made-up ids) never enters the roster. Banned peers' payloads are
-    fetched only once a decided list names them.
+    fetched only once a decided list names them. Under a bound K on inclusion, an active peer's announced
+    payload is fetched only while it ranks among the K + margin best announced candidates
+    (:func:`.inclusion_bound.fetch_window`): the others cannot be listed, and fetching them would keep each
+    peer's traffic at N payloads a step.
     """
     for step in sorted(window.rounds):
         rnd = window.rounds[step]
@@ -55,8 +59,9 @@ def fetch(window: StepWindow, bans: Bans, me: Local, out: list[Action]) -> None:
                 wanted.append((peer, payload_hash, size, rnd.decided.leader))
         else:
             banned = bans.at(step)
+            skipped = _beyond_bound(rnd, window, banned, me)
             for peer, ann in rnd.announcements.items():
-                if peer not in rnd.equivocators and peer not in banned:
+                if peer not in rnd.equivocators and peer not in banned and peer not in skipped:
                     wanted.append((peer, ann.payload_hash, ann.payload_size, None))
             # A proposal's entries too: we vote for a list only once we hold all of it (agreement.vote).
             # (Not a banned peer's from epoch 0: we refuse such a list, bans.refuses.)
@@ -78,6 +83,31 @@ def fetch(window: StepWindow, bans: Bans, me: Local, out: list[Action]) -> None:
             holders = (peer, leader)
             sources = tuple(dict.fromkeys(s for s in holders if s is not None and s != me.self_id))
             out.append(FetchPayload(step, peer, payload_hash, size, sources))
+
+
+def _beyond_bound(rnd: RoundState, window: StepWindow, banned: frozenset[str], me: Local) -> frozenset[str]:
+    """Announced active peers outside the fetch window of a bounded step (empty when nothing is bounded).
+    Those that announced or may still announce compete for the window by the replicated priority."""
+    cfg = me.config
+    roster = window.governing_roster(rnd.step)
+    if not inclusion_bound.bounded(cfg.max_included, len(roster.eligible())):
+        return frozenset()
+    candidates = [p for p in roster.eligible() if _may_be_listed(p, rnd, banned, me)]
+    keep = inclusion_bound.fetch_window(cfg.run_id, rnd.step, roster_waiting(roster), candidates,
+                                        cfg.max_included, cfg.inclusion_fetch_margin)
+    return frozenset(p for p in rnd.announcements if roster.is_eligible(p) and p not in keep)
+
+
+def _may_be_listed(peer: str, rnd: RoundState, banned: frozenset[str], me: Local) -> bool:
+    """An active peer that announced, or is alive and may still announce, and is not ruled out. A live
+    peer not yet announced keeps its place in the window, so the window does not depend on the order
+    announcements arrive in (the leader waits for it too: :func:`.epochs.collection_complete`)."""
+    if peer in rnd.equivocators or peer in banned or peer in rnd.denied:
+        return False
+    ann = rnd.announcements.get(peer)
+    if ann is None:
+        return peer == me.self_id or me.is_alive(peer)
+    return (peer, ann.payload_hash) not in rnd.invalid
 
 
 def apply(window: StepWindow, resyncs: Resyncs, me: Local, out: list[Action]) -> None:

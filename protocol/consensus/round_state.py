@@ -16,6 +16,7 @@ from ..evidence import Equivocation
 from ..inclusion_list import Endorsements
 from ..membership import Roster
 from ..messages import Announcement, InclusionList
+from .inclusion_bound import select_included
 
 PayloadKey = tuple[str, bytes]  # (peer_id, payload_hash)
 Ballot = tuple[int, bytes]  # (epoch, list digest)
@@ -236,6 +237,11 @@ def strict_majority(values: Iterable[bytes], total: int) -> bytes | None:
     return value if 2 * count > total else None
 
 
+def roster_waiting(roster: Roster) -> dict[str, int]:
+    """Each roster peer's rounds since it was last included: the priority :mod:`.inclusion_bound` reads."""
+    return {p: e.waiting for p, e in roster.peers.items()}
+
+
 def build_list(
     rnd: RoundState,
     roster: Roster,
@@ -246,6 +252,7 @@ def build_list(
     max_joiners: int,
     max_peers: int,
     evidence: tuple[Equivocation, ...] = (),
+    max_included: int = 0,
 ) -> InclusionList | None:
     """The list this replica would propose as leader, or None if it cannot reach a quorum of payloads.
 
@@ -254,7 +261,8 @@ def build_list(
     update. Warming: other announcers on the majority weights whose payload we validated (what an identity
     costs: a host that serves what it signs), within the roster's newcomer room. Departed: roster
     peers whose goodbye we saw and that are not included. Evidence: the equivocation proofs we hold.
-    Each entry carries its author's signature, copied from the announcement.
+    Each entry carries its author's signature, copied from the announcement. Under a bound on inclusion,
+    the included are the top ``max_included`` candidates by the replicated priority (:mod:`.inclusion_bound`).
     """
     candidates: dict[str, Announcement] = {}
     for peer in roster.eligible():
@@ -268,8 +276,9 @@ def build_list(
     majority = strict_majority((a.weights_hash for a in candidates.values()), len(candidates))
     if majority is not None:
         candidates = {p: a for p, a in candidates.items() if a.weights_hash == majority}
-    departed = tuple(sorted(p for p in roster.peers if p in left and p not in candidates))
-    if len(candidates) < roster.quorum_size(departed):
+    included = select_included(run_id, rnd.step, roster_waiting(roster), candidates, max_included)
+    departed = tuple(sorted(p for p in roster.peers if p in left and p not in included))
+    if len(included) < roster.quorum_size(departed, max_included):
         return None
     warming: list[str] = []
     newcomers = 0
@@ -287,7 +296,6 @@ def build_list(
                 continue
             newcomers += 1
         warming.append(peer)
-    included = sorted(candidates)
     return InclusionList(
         run_id=run_id,
         step=rnd.step,

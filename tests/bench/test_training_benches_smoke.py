@@ -101,3 +101,18 @@ def test_convergence_bench_runs_a_given_grid_together_and_gpu_py_reads_its_lines
     bad = subprocess.run([*cmd[:2], "--only", "adamw", "--grid", "adamw=fast"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "--grid" in bad.stderr
+
+
+def test_bounded_inclusion_bench_reports_the_acceptance_figures(tmp_path: Path) -> None:
+    out = tmp_path / "bounded_inclusion.json"
+    cmd = [sys.executable, str(ROOT / "bench" / "bounded_inclusion.py"), "--ks", "1", "--peers", "4",
+           "--steps", "2", "--batch-size", "2", "--seq-len", "16", "--eval-batches", "1", "--workers", "1",
+           "--out", str(out)]
+    subprocess.run(cmd, check=True, timeout=180, capture_output=True)
+    summary = json.loads(out.read_text())["summary"]
+    assert set(summary) == {"0", "1"}
+    assert summary["0"]["loss_ratio_vs_all"] == 1.0 and summary["0"]["max_inclusion_gap"] == 1
+    row = summary["1"]  # fetches K + 2 = 3 of the 4 payloads
+    assert row["gap_bound"] == 5 and row["max_inclusion_gap"] <= 5 and row["replicas_identical"]
+    assert row["fetched_vs_all"] < 1.0 and set(row["acceptance"]) == {
+        "loss_ratio_le_1_02", "gap_le_ceil_n_over_k_plus_1", "fetched_le_1_5_k_payload"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 import torch
 from distro_node.node.sim.experiment import (
@@ -12,6 +14,7 @@ from distro_node.node.sim.experiment import (
 )
 
 FAST = {"batch_size": 4, "seq_len": 32}
+TINY = {"batch_size": 2, "seq_len": 16}  # many peers, few steps: what is checked is who is included
 
 
 def _distro(**settings: object) -> dict[str, object]:
@@ -73,3 +76,46 @@ def test_same_config_same_run() -> None:
     a, b = run_experiment(cfg), run_experiment(cfg)
     assert [h["loss"] for h in a.history] == [h["loss"] for h in b.history]
     assert torch.isfinite(torch.tensor(a.final_eval_loss))
+
+
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_bounded_inclusion_lists_k_fairly_and_tells_the_left_out_peers(overlapped: bool) -> None:
+    """K = 2 of 6: the daemon's rule picks the included, the others are told (``withheld``) so their error
+    feedback keeps what they sent, replicas stay identical, and a peer fetches about K payloads, not N. In
+    the overlapped order step s is applied (and its left-out peers told) after prepare(s + 1)."""
+    settings = _distro(overlapped=True) if overlapped else _distro()
+    cfg = ExperimentConfig(strategy="distro", settings=settings, peers=6, max_included=2, **TINY)
+    swarm, _ = build_swarm(cfg)
+    told: list[tuple[str, int]] = []
+    for peer in swarm.peers:
+        original = peer.strategy.withheld
+
+        def spy(step: int, peer_id: str = peer.peer_id, original: object = original) -> None:
+            told.append((peer_id, step))
+            original(step)  # type: ignore[operator]
+
+        peer.strategy.withheld = spy  # type: ignore[method-assign]
+    reports = [swarm.step() for _ in range(3)]
+    swarm.flush()  # overlapped: the last step is applied (and its left-out peers told) here
+    ids = [p.peer_id for p in swarm.peers]
+    for r in reports:
+        assert len(r.included_peers) == 2
+        assert sorted(p for p, s in told if s == r.step) == sorted(set(ids) - set(r.included_peers))
+    # Round robin: 6 peers in turns of 2, so three steps include everybody once.
+    assert sorted(p for r in reports for p in r.included_peers) == ids
+    assert len(set(swarm.hashes())) == 1
+    sent = reports[0].payload_bytes
+    assert 2 * sent <= reports[0].fetched_bytes <= 4 * sent  # K + margin payloads minus (maybe) our own
+
+
+def test_bounded_run_reports_inclusion_gap_and_fetched_bytes() -> None:
+    cfg = ExperimentConfig(strategy="distro", settings=_distro(), peers=4, steps=4, eval_batches=1,
+                           max_included=1, **TINY)  # type: ignore[arg-type]
+    assert cfg.run_id() == ExperimentConfig(**{**asdict(cfg), "max_included": 0}).run_id()  # same tokens
+    result = run_experiment(cfg)
+    assert result.replicas_identical
+    assert result.max_inclusion_gap <= 4 + 1
+    # The window is K + 2 = 3 of 4 payloads: its members fetch 2, the fourth 3; unbounded, everyone fetches 3.
+    assert result.fetched_bytes_per_step == pytest.approx(2.25 * result.payload_bytes_per_step, rel=0.02)
+    with pytest.raises(ExperimentConfigError, match="max_included"):
+        ExperimentConfig(max_included=-1)

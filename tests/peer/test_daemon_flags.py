@@ -3,6 +3,7 @@ the local flags (device, precision, grad accumulation, data path) never do."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,23 @@ def test_an_open_run_founded_with_a_kept_key_names_it_as_the_chain_root(tmp_path
         RunManifest(founder=own, genesis=own)
     with pytest.raises(ManifestError, match="genesis"):
         RunManifest(genesis="not-a-peer-id")
+
+
+def test_max_included_reaches_the_manifest_and_the_round_machine() -> None:
+    """K is replicated (part of the run id): a founder's flag goes into the manifest's rounds, a joiner's
+    round machine takes it from there; at its default (0: all) it stays out of the bytes, so older run ids
+    hold, and spelling it out at 0 is not canonical."""
+    args = build_parser().parse_args(["join", "--max-included", "8"])
+    bounded = founder_manifest(load_join_settings(None, _flags(args), env={}), None)
+    joined = RunManifest.from_bytes(bounded.to_bytes())
+    assert joined.rounds.max_included == 8
+    assert joined.round_config(1 << 20).max_included == 8
+    default = manifest_for([])
+    assert b"max_included" not in default.to_bytes() and default.round_config(1 << 20).max_included == 0
+    doc = json.loads(default.to_bytes())
+    doc["rounds"]["max_included"] = 0
+    with pytest.raises(ManifestError, match="canonical"):
+        RunManifest.from_bytes(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    with pytest.raises(ManifestError) as bad:
+        RunManifest(rounds=RoundSettings(max_included=-1))
+    assert bad.value.field == "rounds.max_included"

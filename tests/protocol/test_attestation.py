@@ -90,7 +90,7 @@ def test_signers_outside_the_trusted_roster_do_not_count() -> None:
         verify_link(trusted(NAMES[:4]), lie, RUN, SKIP)
     assert err.value.reason == "outsider"
     warming = Roster.genesis(NAMES[:4]).to_dict()  # a warming peer of the trusted roster is no voucher either
-    warming["peers"].append([NAMES[5], "warming", 1, 0])
+    warming["peers"].append([NAMES[5], "warming", 1, 0, 0])
     anchor = TrustedRoster(Roster.from_dict(warming), 10, "with a warming peer")
     with pytest.raises(ChainError) as err:
         verify_link(anchor, link(20, NAMES[:4], [NAMES[0], NAMES[5]]), RUN, SKIP)

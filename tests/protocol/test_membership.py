@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from distro_node.protocol.liveness import LivenessView
 from distro_node.protocol.membership import (
-    LivenessView,
     MembershipError,
     PeerStatus,
     Roster,
@@ -128,12 +128,12 @@ def test_roster_snapshot_round_trip_and_strict_decoding() -> None:
         {**good, "next_step": -1},
         {**good, "next_step": True},
         {**good, "roster": {"peers": []}},
-        {**good, "roster": {"peers": [["a", "boss", 0, 0]]}},
-        {**good, "roster": {"peers": [["a", "active", 0, -1]]}},
-        {**good, "roster": {"peers": [["a", "active", 0, 0], ["a", "active", 0, 0]]}},
-        {**good, "roster": {"peers": [["e", "warming", 1, 0]]}},  # nobody active
-        {**good, "roster": {"peers": [["a b", "active", 0, 0]]}},
-        {**good, "roster": {"peers": [["a", "active", 0]]}},
+        {**good, "roster": {"peers": [["a", "boss", 0, 0, 0]]}},
+        {**good, "roster": {"peers": [["a", "active", 0, -1, 0]]}},
+        {**good, "roster": {"peers": [["a", "active", 0, 0, 0], ["a", "active", 0, 0, 0]]}},
+        {**good, "roster": {"peers": [["e", "warming", 1, 0, 0]]}},  # nobody active
+        {**good, "roster": {"peers": [["a b", "active", 0, 0, 0]]}},
+        {**good, "roster": {"peers": [["a", "active", 0, 0]]}},  # no waiting count
     ]
     for doc in bad_docs:
         with pytest.raises(MembershipError):
