@@ -40,7 +40,7 @@ from distro_node.node.sim.flow_step import (
 )
 from distro_node.node.testbed.netns import GIGABIT, HOME, SLOW, profile_links
 from distro_node.node.testbed.netns import Link as TestbedLink
-from distro_node.protocol.consensus.config import RoundConfig
+from distro_node.protocol.consensus.config import DEFAULT_INCLUSION_FETCH_MARGIN
 from distro_node.protocol.host_config import HostConfig
 
 # Payload bytes per wire byte on a TCP/IP link of 1514-byte frames carrying 1448 bytes each; the testbed's
@@ -72,7 +72,7 @@ def wants_for(n: int, k: int) -> tuple[frozenset[int], ...]:
     the first ids stand for them."""
     if k <= 0 or k >= n:
         return tuple(frozenset(j for j in range(n) if j != i) for i in range(n))
-    chosen = frozenset(range(min(n, k + RoundConfig().inclusion_fetch_margin)))
+    chosen = frozenset(range(min(n, k + DEFAULT_INCLUSION_FETCH_MARGIN)))
     return tuple(chosen - {i} for i in range(n))
 
 
@@ -170,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="peer counts to predict")
     ap.add_argument("--k", default="8,16", help="bounds to predict besides 'all included'")
     ap.add_argument("--populations", default="home,mixed")
-    ap.add_argument("--full-max", type=int, default=64, help="largest N simulated with every payload included")
-    ap.add_argument("--validate", type=Path, nargs="*", default=[], help="testbed result files to check against")
+    ap.add_argument("--full-max", type=int, default=64,
+                    help="largest N simulated with every payload included")
+    ap.add_argument("--validate", type=Path, nargs="*", default=[],
+                    help="testbed result files to check against")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "flow.json")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
