@@ -148,7 +148,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     series: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
-        label = f"{r['population']}, {'all included' if r['k'] == 0 else 'K = %d' % r['k']}"
+        bound = "all included" if r["k"] == 0 else f"K = {r['k']}"
+        label = f"{r['population']}, {bound}"
         series.setdefault(label, []).append((r["peers"], r["seconds"]))
     for label, points in series.items():
         xs, ys = zip(*sorted(points), strict=True)
