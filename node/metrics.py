@@ -140,6 +140,10 @@ class NodeMetrics:
             f"{PREFIX}_reachability", "1 for what dial-back probes say of this node (verdict label)",
             ["verdict"], registry=r,
         )
+        self._isolated = Gauge(
+            f"{PREFIX}_isolated_seconds", "How long this node has had no connected member (0: connected); "
+            "it keeps redialing known peers meanwhile", registry=r,
+        )
         self._muted = Counter(f"{PREFIX}_gossip_strangers_muted",
                               "Strangers muted and cut off for sending mostly refused gossip", registry=r)
         # Scores are in [-1, 1] (agreement) or unbounded below (reputation), so neither is a _ratio.
@@ -253,6 +257,9 @@ class NodeMetrics:
         _choice("verdict", verdict, VERDICTS)
         for name in VERDICTS:
             self._reachability.labels(verdict=name).set(1 if name == verdict else 0)
+
+    def set_isolated(self, seconds: float) -> None:
+        self._isolated.set(_seconds("isolated_seconds", seconds))
 
     def strangers_muted(self, count: int) -> None:
         self._muted.inc(_count("count", count))

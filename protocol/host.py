@@ -159,15 +159,19 @@ class P2PHost:
 
     # --- stream handlers ----------------------------------------------------------------------------------
 
-    def set_handler(self, protocol: TProtocol, handler: StreamHandler) -> None:
+    def set_handler(self, protocol: TProtocol, handler: StreamHandler, *, members_only: bool = False) -> None:
         """Register a handler that can never take the connection down with it.
 
         In 0.8.1 the handler runs inside the connection's task group; an escaping exception would tear down
         the connection (and has been seen to kill the host). Any exception is logged and the stream reset.
+        Banned peers (and a permissioned run's strangers) get a reset; with ``members_only`` so do peers
+        identify shows to speak none of our protocols (``is_foreign``), for services of a standard libp2p
+        protocol (the relay hop) that only the run's members may use.
         """
 
         async def guarded(stream: INetStream) -> None:
-            if not await self._serves(stream.muxed_conn.peer_id, protocol):
+            peer = stream.muxed_conn.peer_id
+            if not await self._serves(peer, protocol) or (members_only and self.is_foreign(peer)):
                 await reset_quietly(stream)
                 return
             try:
@@ -261,6 +265,10 @@ class P2PHost:
         sockets at once). Bounded: a subscriber that falls behind misses entries rather than growing memory.
         """
         return self._watch.lost_peers()
+
+    async def wait_for_change(self) -> None:
+        """Until a connection opens or closes."""
+        await self._watch.changed.wait()
 
     async def wait_for_peers(self, count: int, timeout: float) -> None:
         """Block until at least ``count`` peers are connected; trio.TooSlowError after ``timeout``."""

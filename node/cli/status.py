@@ -102,6 +102,9 @@ def render(url: str, st: NodeStatus, now: float) -> str:
                     f"{st.data_shards_fetched} ({human_bytes(st.data_bytes_fetched)}), faulty servers "
                     f"{st.blob_faulty}")
     row("peers", f"{st.peers}")
+    if st.isolated_seconds:
+        row("connections", f"none for {human_seconds(st.isolated_seconds)}: redialing known peers until one "
+                           "answers")
     if st.vote_quorum:
         row("trust", f"a step needs {st.vote_quorum} signed votes; safe while at most {st.faults_tolerated} "
                      f"of {st.peers} peers lie")

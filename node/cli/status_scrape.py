@@ -57,6 +57,7 @@ class NodeStatus:
     vote_quorum: int = 0
     permissioned: bool = False
     reachability: str = "unknown"
+    isolated_seconds: float = 0.0
     weights_agreement_ratio: float | None = None
     bandwidth_reduction_ratio: float | None = None
     checkpoints: int = 0
@@ -182,6 +183,7 @@ def parse_status(text: str) -> NodeStatus:
         permissioned=bool(_get(s, "distro_admission_permissioned")),
         reachability=next((v for v, on in _by_label(s, "distro_reachability", "verdict").items() if on),
                           "unknown"),
+        isolated_seconds=_get(s, "distro_isolated_seconds") or 0.0,
         weights_agreement_ratio=_positive(_get(s, "distro_weights_hash_agreement_ratio")),
         bandwidth_reduction_ratio=_positive(_get(s, "distro_bandwidth_reduction_ratio")),
         checkpoints=int(_get(s, "distro_checkpoints_saved_total") or 0),

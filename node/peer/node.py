@@ -49,6 +49,7 @@ from .fetcher import Fetcher
 from .heartbeat import send_heartbeats
 from .init_fetch import catalog_init_files
 from .intake import GossipDecoder, GossipIntake
+from .isolation_watch import IsolationWatch
 from .leaving import Leaver, StopRequest
 from .lookahead import LookAhead
 from .manifest import RunManifest, payload_cap
@@ -249,17 +250,20 @@ class PeerNode:
                                bootstrap=source.bootstrap_peer, trainer=run.trainer,
                                round_view=lambda: driver.machine, untrusted=_untrusted_donors(out),
                                chain=chain)
-            resyncer = Resyncer(sync=sync, driver=driver, intake=intake, out=out)
+            stop = StopRequest(out=out, changes=changes, leave_budget=opts.leave_budget)
+            resyncer = Resyncer(sync=sync, driver=driver, intake=intake, out=out, changes=changes,
+                                stopping=lambda: stop.requested)
             cohort = GenesisCohort(run.self_id, opts.genesis_peers, changes) if self.founder else None
             snapshots = SnapshotDesk(cohort=cohort, driver=driver, resync=resyncer, trainer=run.trainer,
                                      compute_limit=self._compute_limit, changes=changes)
             StateServer(host, run.run_id, snapshots.provide, admit=gate).install()
             emit_listening(out, host, opts, run.manifest, self_id=run.self_id, founder=self.founder,
                            metrics_url=run.telemetry.url if run.telemetry is not None else None)
-            stop = StopRequest(out=out, changes=changes, leave_budget=opts.leave_budget)
             nursery.start_soon(run.admission.run, host)
             report = run.telemetry.metrics.set_reachability if run.telemetry is not None else None
             nursery.start_soon(ReachabilityWatch(host, out, report).run)
+            isolated = run.telemetry.metrics.set_isolated if run.telemetry is not None else None
+            nursery.start_soon(IsolationWatch(host, out, isolated).run)
             nursery.start_soon(intake.run, gossip)
             nursery.start_soon(intake.watch_lost_peers, host.lost_peers())
             nursery.start_soon(outbox.run, gossip)
