@@ -55,7 +55,7 @@ class DiscoveryHost(Protocol):
     @property
     def libp2p(self) -> IHost: ...
 
-    def advertised_addrs(self) -> list[Multiaddr]: ...
+    def advertised_addrs(self, to: ID | None = None) -> list[Multiaddr]: ...
 
     def connected_peers(self) -> set[ID]: ...
 
@@ -120,7 +120,7 @@ class PeerDiscovery:
         stream = await host.open_stream(peer_id, PX_PROTOCOL)
         try:
             with trio.fail_after(host.config.px_timeout):
-                await stream.write(encode_addr_list(host.advertised_addrs(), MAX_SELF_ADDRS))
+                await stream.write(encode_addr_list(host.advertised_addrs(peer_id), MAX_SELF_ADDRS))
                 reply = await read_addr_list(stream, MAX_PX_ENTRIES)
                 await stream.close()
         except PeerExchangeError:
@@ -200,7 +200,7 @@ class PeerDiscovery:
 
     def _advertised_peers(self, exclude: ID) -> list[Multiaddr]:
         host = self._host
-        out = list(host.advertised_addrs())
+        out = list(host.advertised_addrs(exclude))
         for peer_id in sorted(host.member_peers(), key=str):
             if peer_id == exclude or host.is_blocked(peer_id):
                 continue

@@ -31,7 +31,8 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from multiaddr import Multiaddr
 
-from .addrs import parse_multiaddr, split_peer_addr, with_peer_id
+from .addrs import is_circuit, is_private, parse_multiaddr, same_lan, split_peer_addr, with_peer_id
+from .circuits import CircuitDialer, Kind, connection_kind, dial_circuit
 from .connections import ConnectionWatch, prune_closed
 from .discovery import PeerDiscovery
 from .errors import BadMultiaddrError, DialError, ProtocolNotSpokenError
@@ -69,6 +70,9 @@ class P2PHost:
         self._blocked: set[ID] = set()  # banned peers: never dialed, streams refused, never advertised
         self._admitted: Callable[[ID], Awaitable[bool]] | None = None  # a permissioned run's admission
         self._open_protocols: frozenset[TProtocol] = frozenset()
+        self._circuits: CircuitDialer | None = None  # relayed dialing, once a relay service runs
+        self._circuit_addrs: Callable[[], list[Multiaddr]] = list  # ours, through the relays we reserved on
+        self.behind_nat = False  # dial-back probes said nobody can dial us (node/peer/reachability_watch.py)
         for addr in self._announce:
             if "p2p" in [p.name for p in addr.protocols()]:
                 raise BadMultiaddrError(str(addr), "announce addresses take no /p2p/ part")
@@ -88,12 +92,29 @@ class P2PHost:
         """Bound listen addresses with ``/p2p/<our id>``: what others put in their bootstrap list."""
         return [with_peer_id(a, self.peer_id) for a in self.transport_addrs()]
 
-    def advertised_addrs(self) -> list[Multiaddr]:
-        """What peer exchange tells others about us: the announce addresses when configured, else the bound
-        ones, with ``/p2p/<our id>``."""
-        if self._announce:
-            return [with_peer_id(a, self.peer_id) for a in self._announce]
-        return self.addrs()
+    def advertised_addrs(self, to: ID | None = None) -> list[Multiaddr]:
+        """What peer exchange tells ``to`` about us: the announce addresses when configured, else the bound
+        ones, then our circuit addresses, with ``/p2p/<our id>``.
+
+        Behind a NAT (``behind_nat``) a private-range address (192.168.x, 10.x, ...) is told only to a peer
+        whose connection comes from the same /24: anyone else dialing it reaches somebody else's LAN, or
+        nothing, after a dial timeout (issue 15: NAT'd joiners kept dialing each other's 192.168 addresses).
+        """
+        own = list(self._announce) or self.transport_addrs()
+        if self.behind_nat:
+            near = self.remote_ip(to) if to is not None else None
+            own = [a for a in own if not is_private(a) or (near is not None and same_lan(a, near))]
+        return [with_peer_id(a, self.peer_id) for a in own + self._circuit_addrs()]
+
+    def use_relays(self, dialer: CircuitDialer, circuit_addrs: Callable[[], list[Multiaddr]]) -> None:
+        """Dial circuit addresses with ``dialer``; advertise ``circuit_addrs`` (protocol/relay_client.py)."""
+        self._circuits = dialer
+        self._circuit_addrs = circuit_addrs
+
+    def connection_kind(self, peer_id: ID) -> Kind:
+        """Whether our connection to ``peer_id`` is direct (hole-punched included), relayed only, or none:
+        whom a payload fetcher should ask first."""
+        return connection_kind(self._host, peer_id)
 
     def connected_peers(self) -> set[ID]:
         """Peers with at least one open connection (closed ones are dropped first; see ``prune_closed``)."""
@@ -216,15 +237,43 @@ class P2PHost:
         addrs = list(transports) or list(self.peer_book.addrs(peer_id))
         if not addrs:
             raise DialError(str(peer_id), "no known address")
+        direct = [a for a in addrs if not is_circuit(a)]
+        relayed = [a for a in addrs if is_circuit(a)] if self._circuits is not None else []
+        if not direct and not relayed:
+            raise DialError(str(peer_id), "only relayed addresses, and no relay client runs here")
+        failures: list[str] = []
         async with self._dial_limit:
-            try:
-                with trio.fail_after(self.config.dial_timeout):
-                    await self._host.connect(PeerInfo(peer_id, addrs))
-            except trio.TooSlowError as exc:
-                raise DialError(str(peer_id), f"timed out after {self.config.dial_timeout:g}s") from exc
-            except Exception as exc:  # SwarmException, OSError, Noise/multiselect failures...
-                raise DialError(str(peer_id), f"{type(exc).__name__}: {exc}") from exc
-        self.peer_book.add(peer_id, addrs)
+            if direct:  # direct first: a relay carries our traffic only when nothing else reaches the peer
+                try:
+                    await self._dial_direct(peer_id, direct)
+                except DialError as exc:
+                    if not relayed:
+                        raise
+                    failures.append(str(exc))
+                else:
+                    self.peer_book.add(peer_id, addrs)
+                    return
+            for addr in relayed[:2]:
+                try:
+                    with trio.fail_after(self.config.dial_timeout):
+                        await dial_circuit(cast(CircuitDialer, self._circuits), addr, peer_id)
+                except trio.TooSlowError:
+                    failures.append(f"{addr}: timed out after {self.config.dial_timeout:g}s")
+                except Exception as exc:  # ConnectionError from the relay, Noise failures...
+                    failures.append(f"{addr}: {type(exc).__name__}: {exc}")
+                else:
+                    self.peer_book.add(peer_id, addrs)
+                    return
+        raise DialError(str(peer_id), "; ".join(failures))
+
+    async def _dial_direct(self, peer_id: ID, addrs: list[Multiaddr]) -> None:
+        try:
+            with trio.fail_after(self.config.dial_timeout):
+                await self._host.connect(PeerInfo(peer_id, addrs))
+        except trio.TooSlowError as exc:
+            raise DialError(str(peer_id), f"timed out after {self.config.dial_timeout:g}s") from exc
+        except Exception as exc:  # SwarmException, OSError, Noise/multiselect failures...
+            raise DialError(str(peer_id), f"{type(exc).__name__}: {exc}") from exc
 
     async def dial(self, addr: str | Multiaddr) -> ID:
         """Dial ``<transport>/p2p/<id>``; BadMultiaddrError before any network I/O if it does not parse."""
