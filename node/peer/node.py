@@ -53,6 +53,7 @@ from .isolation_watch import IsolationWatch
 from .leaving import Leaver, StopRequest
 from .lookahead import LookAhead
 from .manifest import RunManifest, payload_cap
+from .nat_traversal import NatTraversal, open_nat_traversal
 from .options import PeerError, PeerOptions
 from .outbox import Outbox
 from .output import Output
@@ -226,6 +227,7 @@ class PeerNode:
                         prefilter=forwarder_prefilter(gossip_cfg.max_forwarded_per_origin_per_second,
                                                       gossip_cfg.max_forwarded_burst, trio.current_time,
                                                       counted)) as gossip,
+            open_nat_traversal(host, out, None if run.telemetry is None else run.telemetry.metrics) as nat,
             trio.open_nursery() as nursery,
         ):
             outbox = Outbox()
@@ -260,8 +262,8 @@ class PeerNode:
             emit_listening(out, host, opts, run.manifest, self_id=run.self_id, founder=self.founder,
                            metrics_url=run.telemetry.url if run.telemetry is not None else None)
             nursery.start_soon(run.admission.run, host)
-            report = run.telemetry.metrics.set_reachability if run.telemetry is not None else None
-            nursery.start_soon(ReachabilityWatch(host, out, report).run)
+            nursery.start_soon(ReachabilityWatch(host, out, partial(_on_verdict, nat, run.telemetry)).run)
+            nursery.start_soon(nat.run)
             isolated = run.telemetry.metrics.set_isolated if run.telemetry is not None else None
             nursery.start_soon(IsolationWatch(host, out, isolated).run)
             nursery.start_soon(intake.run, gossip)
@@ -337,6 +339,12 @@ class PeerNode:
                           decoded=decoded, stop=stop,
                           checkpointer=checkpointer, changes=self._changes, out=out, steps=opts.steps,
                           compute_limit=self._compute_limit, feed=run.feed)
+
+
+def _on_verdict(nat: NatTraversal, telemetry: Telemetry | None, verdict: str) -> None:
+    nat.on_verdict(verdict)
+    if telemetry is not None:
+        telemetry.metrics.set_reachability(verdict)
 
 
 def _untrusted_donors(out: Output) -> UntrustedDonors:
