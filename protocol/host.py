@@ -14,7 +14,7 @@ first connections. ``open_gossip`` re-registers already connected peers, but han
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import cast
 
@@ -72,6 +72,7 @@ class P2PHost:
         self._open_protocols: frozenset[TProtocol] = frozenset()
         self._circuits: CircuitDialer | None = None  # relayed dialing, once a relay service runs
         self._circuit_addrs: Callable[[], list[Multiaddr]] = list  # ours, through the relays we reserved on
+        self._relays: Callable[[], Collection[ID]] = frozenset  # the peers holding those reservations
         self.behind_nat = False  # dial-back probes said nobody can dial us (node/peer/reachability_watch.py)
         for addr in self._announce:
             if "p2p" in [p.name for p in addr.protocols()]:
@@ -106,10 +107,13 @@ class P2PHost:
             own = [a for a in own if not is_private(a) or (near is not None and same_lan(a, near))]
         return [with_peer_id(a, self.peer_id) for a in own + self._circuit_addrs()]
 
-    def use_relays(self, dialer: CircuitDialer, circuit_addrs: Callable[[], list[Multiaddr]]) -> None:
-        """Dial circuit addresses with ``dialer``; advertise ``circuit_addrs`` (protocol/relay_client.py)."""
+    def use_relays(self, dialer: CircuitDialer, circuit_addrs: Callable[[], list[Multiaddr]],
+                   relays: Callable[[], Collection[ID]] = frozenset) -> None:
+        """Dial circuit addresses with ``dialer``; advertise ``circuit_addrs``; ``relays``: the peers holding
+        a reservation for us (protocol/relay_client.py)."""
         self._circuits = dialer
         self._circuit_addrs = circuit_addrs
+        self._relays = relays
 
     def connection_kind(self, peer_id: ID) -> Kind:
         """Whether our connection to ``peer_id`` is direct (hole-punched included), relayed only, or none:
@@ -296,10 +300,25 @@ class P2PHost:
             with trio.fail_after(self.config.dial_timeout):
                 return await self._host.new_stream(peer_id, [protocol])
         except trio.TooSlowError as exc:
-            await self.disconnect(peer_id)
+            if self._may_redial(peer_id):
+                logger.info("closing the connections to %s: no %s stream opened within %gs", peer_id,
+                            protocol, self.config.dial_timeout)
+                await self.disconnect(peer_id)
             raise DialError(str(peer_id), f"stream open timed out ({protocol})") from exc
         except Exception as exc:
             raise DialError(str(peer_id), f"cannot open {protocol}: {type(exc).__name__}: {exc}") from exc
+
+    def _may_redial(self, peer_id: ID) -> bool:
+        """Whether closing a slow connection to ``peer_id`` can be undone by dialing it again: not a direct
+        one when we know no direct address of it (a peer behind a NAT: only it can dial), nor one to a peer
+        that relays for us (closing it would cut every circuit through it); a relayed one always. Under load
+        a stream open can take longer than the dial timeout on a healthy connection; closing those cut
+        NAT'd peers off for good."""
+        if peer_id in self._relays():
+            return False
+        if self.connection_kind(peer_id) is Kind.RELAYED:
+            return True  # a circuit is dialed again through the relay
+        return any(not is_circuit(a) for a in self.peer_book.addrs(peer_id))
 
     def remote_ip(self, peer_id: ID) -> str | None:
         """The IP address ``peer_id``'s connection to us comes from, as our socket sees it."""

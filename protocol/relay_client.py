@@ -46,7 +46,7 @@ class RelayClient:
         self.held: dict[ID, tuple[Multiaddr, float, float]] = {}  # relay -> (its address, since, expires)
         self.failovers = 0  # reservations replaced after their relay went away
         self._asked: dict[ID, float] = {}  # when each candidate was last asked (monotonic)
-        host.use_relays(self.transport, self.circuit_addrs)
+        host.use_relays(self.transport, self.circuit_addrs, lambda: self.held.keys())
 
     def circuit_addrs(self) -> list[Multiaddr]:
         """``<relay address>/p2p/<relay>/p2p-circuit`` for every relay holding a reservation for us."""

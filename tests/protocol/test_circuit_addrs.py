@@ -59,3 +59,18 @@ def test_behind_a_nat_lan_addresses_go_only_to_the_lan_and_circuits_to_everyone(
             assert len(host.advertised_addrs(outsider)) == 2  # on our LAN after all
 
     trio.run(body)
+
+
+def test_a_slow_connection_is_closed_only_where_we_can_dial_the_peer_again() -> None:
+    async def body() -> None:
+        async with start_hosts(1) as (host,):
+            natted, public, relay = _id(), _id(), _id()
+            host.peer_book.add(natted, [Multiaddr(f"/ip4/8.8.4.4/tcp/1/p2p/{relay}/p2p-circuit")])
+            host.peer_book.add(public, [Multiaddr("/ip4/8.8.8.8/tcp/4001")])
+            host.peer_book.add(relay, [Multiaddr("/ip4/8.8.4.4/tcp/1")])
+            assert not host._may_redial(natted) and host._may_redial(public) and host._may_redial(relay)
+            assert not host._may_redial(_id())  # dialed us, never said where it listens
+            host.use_relays(object(), list, lambda: {relay})  # type: ignore[arg-type]
+            assert not host._may_redial(relay)  # our circuits run through it
+
+    trio.run(body)

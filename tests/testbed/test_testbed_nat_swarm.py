@@ -1,7 +1,9 @@
 """Peers behind home NATs train with everyone (issue 15): one public founder relays for three peers behind
 dropping NATs, which reserve on it, advertise circuit addresses instead of their LAN ones, reach each other
 through it and punch direct connections where they can. After the warm-up every peer is included in every
-step with identical weights. Needs root, ip, tc and nft (skipped otherwise)."""
+step with identical weights (asserted). At least one punched connection is what the issue asks for too;
+this build does not make one yet, and the test then ends as an expected failure saying so. Needs root, ip,
+tc and nft (skipped otherwise)."""
 
 from __future__ import annotations
 
@@ -21,10 +23,6 @@ pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.slow, pytest.ma
 STEPS_CHECKED = 8
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "not reliable yet: in two runs (load 10-13 on the shared 2 cores) steps 1-3 included all 4 peers, then "
-    "the NAT'd peers' connections to the relaying founder were reset (each side's stream opens timing out), "
-    "a NAT'd peer was dropped and rounds took 5-19 s; no hole punch succeeded (docs/operations.md)"))
 def test_one_public_and_three_natted_peers_are_all_included_with_identical_weights(tmp_path: Path) -> None:
     natted = (1, 2, 3)
     with Testbed(profile_links("home", 4), tmp_path, RUN, nats={i: Nat("drop") for i in natted}) as bed:
@@ -42,4 +40,6 @@ def test_one_public_and_three_natted_peers_are_all_included_with_identical_weigh
             assert len({r["weights_hash"] for r in rows.values()}) == 1, f"step {s} diverged"
         punched = [max((e["successes"] for e in p.events if e.get("event") == "holepunch"), default=0)
                    for p in peers]
-        assert sum(punched) >= 1, f"no hole punch worked through the dropping NATs: {punched}"
+        if sum(punched) == 0:  # the issue asks for one; this build does not make one yet (docs/operations.md)
+            pytest.xfail("every peer included with identical weights, but no hole punch worked through the "
+                         "dropping NATs (DCUtR streams over the relayed connections fail to open)")
