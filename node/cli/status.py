@@ -111,6 +111,9 @@ def render(url: str, st: NodeStatus, now: float) -> str:
     row("admission", "permissioned: only the founder and holders of its tickets are served and heard"
         if st.permissioned else "open: anyone may join (after a warm-up, without a vote until active)")
     row("reachability", _REACHABILITY.get(st.reachability, st.reachability))
+    if any(st.connections.values()) or st.relay_reservations:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in st.connections.items())
+        row("connections", f"{kinds}; reachable through {st.relay_reservations} relay(s)")
     row("payload sent", human_bytes(st.sent_bytes))
     row("payload received", human_bytes(st.received_bytes))
     row("rounds", ", ".join(f"{k} {v}" for k, v in st.rounds.items()) or "-")
