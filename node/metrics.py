@@ -31,10 +31,11 @@ from prometheus_client.process_collector import ProcessCollector
 
 from distro_node import __version__
 
-__all__ = ["GOSSIP_REASONS", "OUTCOMES", "PHASES", "REASONS", "REFUSALS", "MetricsError", "MetricsServer",
-           "NodeMetrics"]
+__all__ = ["CONNECTION_KINDS", "GOSSIP_REASONS", "OUTCOMES", "PHASES", "REASONS", "REFUSALS", "MetricsError",
+           "MetricsServer", "NodeMetrics"]
 
 PREFIX = "distro"
+CONNECTION_KINDS = ("direct", "punched", "relayed")
 # Phases of one training step, in order; "sync" is fetching weights from peers (join or resync).
 PHASES: tuple[str, ...] = ("data", "compute", "prepare", "exchange", "apply", "checkpoint", "sync")
 # Why a gossip message was refused before the round machine saw it: its sender is banned, or the codec's
@@ -140,6 +141,22 @@ class NodeMetrics:
             f"{PREFIX}_reachability", "1 for what dial-back probes say of this node (verdict label)",
             ["verdict"], registry=r,
         )
+        self._connections = Gauge(
+            f"{PREFIX}_connections", "Connected members by how we reach them: direct, punched (direct after "
+            "a hole punch), relayed (only through a circuit relay)", ["kind"], registry=r,
+        )
+        self._relayed = Counter(f"{PREFIX}_relayed_bytes", "Bytes this node carried as a relay for others",
+                                registry=r)
+        self._punch_attempts = Counter(f"{PREFIX}_holepunch_attempts", "Hole punches this node started",
+                                       registry=r)
+        self._punch_successes = Counter(f"{PREFIX}_holepunch_successes",
+                                        "Hole punches that gave a direct connection", registry=r)
+        self._relays_held = Gauge(f"{PREFIX}_relay_reservations",
+                                  "Relays holding a reservation for this node (a private peer's)", registry=r)
+        self._isolated = Gauge(
+            f"{PREFIX}_isolated_seconds", "How long this node has had no connected member (0: connected); "
+            "it keeps redialing known peers meanwhile", registry=r,
+        )
         self._muted = Counter(f"{PREFIX}_gossip_strangers_muted",
                               "Strangers muted and cut off for sending mostly refused gossip", registry=r)
         # Scores are in [-1, 1] (agreement) or unbounded below (reputation), so neither is a _ratio.
@@ -188,6 +205,7 @@ class NodeMetrics:
         for what in REFUSALS:
             self._refused.labels(what=what)
         self.set_reachability("unknown")
+        self.set_connections({}, 0)
         if process_metrics:
             ProcessCollector(namespace=PREFIX, registry=r)
 
@@ -253,6 +271,20 @@ class NodeMetrics:
         _choice("verdict", verdict, VERDICTS)
         for name in VERDICTS:
             self._reachability.labels(verdict=name).set(1 if name == verdict else 0)
+
+    def set_connections(self, kinds: Mapping[str, int], relays_held: int) -> None:
+        for kind in CONNECTION_KINDS:
+            self._connections.labels(kind=kind).set(_count(kind, kinds.get(kind, 0)))
+        self._relays_held.set(_count("relays_held", relays_held))
+
+    def nat_traversal(self, relayed_bytes: int, punch_attempts: int, punch_successes: int) -> None:
+        """``count`` more of each (deltas since the last call)."""
+        self._relayed.inc(_count("relayed_bytes", relayed_bytes))
+        self._punch_attempts.inc(_count("punch_attempts", punch_attempts))
+        self._punch_successes.inc(_count("punch_successes", punch_successes))
+
+    def set_isolated(self, seconds: float) -> None:
+        self._isolated.set(_seconds("isolated_seconds", seconds))
 
     def strangers_muted(self, count: int) -> None:
         self._muted.inc(_count("count", count))

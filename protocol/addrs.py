@@ -18,6 +18,7 @@ from .errors import BadMultiaddrError
 # Longer than any sane /ip6/.../tcp/.../p2p/... address; bounds what a peer can make us parse.
 MAX_ADDR_TEXT = 256
 _DIALABLE_NET = ("ip4", "ip6", "dns", "dns4", "dns6")
+CIRCUIT = "p2p-circuit"
 
 
 def parse_multiaddr(text: str) -> Multiaddr:
@@ -42,6 +43,14 @@ def split_peer_addr(addr: Multiaddr | str) -> tuple[ID, Multiaddr]:
     protocols = [p.name for p in maddr.protocols()]
     if not protocols or protocols[-1] != "p2p":
         raise BadMultiaddrError(text, "must end with /p2p/<peer id>")
+    if CIRCUIT in protocols:  # <relay transport>/p2p/<relay>/p2p-circuit/p2p/<id>: the id is the last part
+        head, _, peer_text = text.rpartition("/p2p/")
+        try:
+            return ID.from_base58(peer_text), parse_multiaddr(head)
+        except BadMultiaddrError:
+            raise
+        except Exception as exc:
+            raise BadMultiaddrError(text, f"bad /p2p/ component ({exc})") from exc
     try:
         peer_text = maddr.value_for_protocol("p2p")
         peer_id = ID.from_base58(str(peer_text))
@@ -71,3 +80,50 @@ def is_dialable(transport: Multiaddr) -> bool:
         if ip.is_unspecified or ip.is_multicast:
             return False
     return True
+
+
+def is_circuit(transport: Multiaddr) -> bool:
+    """A relayed address (``.../p2p/<relay>/p2p-circuit``): dialed through the relay, never by the swarm."""
+    return CIRCUIT in [p.name for p in transport.protocols()]
+
+
+def circuit_relay(transport: Multiaddr) -> ID | None:
+    """The relay a circuit address goes through (None for a direct address or a malformed one)."""
+    if not is_circuit(transport):
+        return None
+    head = str(transport).split("/" + CIRCUIT)[0]
+    try:
+        return ID.from_base58(head.rpartition("/p2p/")[2])
+    except Exception:
+        return None
+
+
+def is_private(transport: Multiaddr) -> bool:
+    """An IP address only its own network can reach (RFC 1918, link-local, CGNAT), loopback excepted:
+    advertising it to peers elsewhere only makes them dial somebody else's LAN (issue 15)."""
+    names = [p.name for p in transport.protocols()]
+    if not names or names[0] not in ("ip4", "ip6") or is_circuit(transport):
+        return False
+    try:
+        ip = ipaddress.ip_address(str(transport.value_for_protocol(names[0])))
+    except Exception:
+        return False
+    if ip.is_loopback:
+        return False
+    return ip.is_private or ip.is_link_local or ip in _CGNAT
+
+
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+
+
+def same_lan(addr: Multiaddr, ip: str) -> bool:
+    """Whether ``addr``'s IP and ``ip`` share a /24 (IPv4) or /64 (IPv6): a peer on our own LAN."""
+    names = [p.name for p in addr.protocols()]
+    try:
+        mine = ipaddress.ip_address(str(addr.value_for_protocol(names[0])))
+        theirs = ipaddress.ip_address(ip)
+    except Exception:
+        return False
+    if mine.version != theirs.version:
+        return False
+    return theirs in ipaddress.ip_network(f"{mine}/{24 if mine.version == 4 else 64}", strict=False)

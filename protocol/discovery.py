@@ -55,7 +55,7 @@ class DiscoveryHost(Protocol):
     @property
     def libp2p(self) -> IHost: ...
 
-    def advertised_addrs(self) -> list[Multiaddr]: ...
+    def advertised_addrs(self, to: ID | None = None) -> list[Multiaddr]: ...
 
     def connected_peers(self) -> set[ID]: ...
 
@@ -79,6 +79,10 @@ class PeerDiscovery:
     def __init__(self, host: DiscoveryHost) -> None:
         self._host = host
         self._redials = RedialSchedule()
+        # Bootstrap peers are never forgotten: when every link is down they are the way back in.
+        self._pinned: set[ID] = set()
+        self.isolated_since: float | None = None  # trio time our last member connection went, None if any
+        self.isolated_redials = 0  # dials tried while no member was connected (status and tests read it)
 
     async def bootstrap(self, addrs: Sequence[str | Multiaddr]) -> list[ID]:
         """Dial bootstrap peers, then learn and dial the rest of the swarm from them.
@@ -101,6 +105,8 @@ class PeerDiscovery:
         async with trio.open_nursery() as nursery:
             for peer_id, transport in targets:
                 if peer_id != own_id:
+                    self._pinned.add(peer_id)
+                    self._host.peer_book.add(peer_id, [transport])
                     nursery.start_soon(dial_one, peer_id, transport)
         if targets and not reached and any(p != own_id for p, _ in targets):
             raise BootstrapError("no bootstrap peer reachable: " + "; ".join(errors))
@@ -114,7 +120,7 @@ class PeerDiscovery:
         stream = await host.open_stream(peer_id, PX_PROTOCOL)
         try:
             with trio.fail_after(host.config.px_timeout):
-                await stream.write(encode_addr_list(host.advertised_addrs(), MAX_SELF_ADDRS))
+                await stream.write(encode_addr_list(host.advertised_addrs(peer_id), MAX_SELF_ADDRS))
                 reply = await read_addr_list(stream, MAX_PX_ENTRIES)
                 await stream.close()
         except PeerExchangeError:
@@ -131,10 +137,24 @@ class PeerDiscovery:
             raise
         return host.peer_book.add_peer_addrs(reply, source=peer_id)
 
+    def note_isolation(self, now: float) -> bool:
+        """Track whether any member is connected; True while none is (we are isolated)."""
+        if self._host.member_peers():
+            self.isolated_since = None
+            return False
+        if self.isolated_since is None:
+            self.isolated_since = now
+        return True
+
     async def discover(self) -> None:
         """Ask a few connected peers for their peers and dial the new ones, then redial known peers we lost
-        whose turn has come (one periodic round; see RedialSchedule for why)."""
+        whose turn has come (one periodic round; see RedialSchedule for why).
+
+        While no member is connected the failure is most likely ours (our link or router is down), so failed
+        dials then never count towards forgetting a peer: an isolated node that forgot everyone it knew
+        could never come back without a restart."""
         host = self._host
+        isolated = self.note_isolation(trio.current_time())
         peers = sorted(host.member_peers(), key=str)
         random.shuffle(peers)
         for peer_id in peers[: host.config.px_fanout]:
@@ -143,9 +163,11 @@ class PeerDiscovery:
         lost = [p for p in host.peer_book.known() if p not in connected and not host.is_blocked(p)]
         room = host.config.max_peers - len(connected)
         due = self._redials.due(lost, trio.current_time())[: max(room, 0)]
+        if isolated:
+            self.isolated_redials += len(due)
         async with trio.open_nursery() as nursery:
             for p in due:
-                nursery.start_soon(self._dial_quietly, p)
+                nursery.start_soon(self._dial_quietly, p, not isolated)
 
     async def run(self) -> None:
         """The periodic round, every ``px_interval`` (jittered so a swarm started together does not ask in
@@ -178,7 +200,7 @@ class PeerDiscovery:
 
     def _advertised_peers(self, exclude: ID) -> list[Multiaddr]:
         host = self._host
-        out = list(host.advertised_addrs())
+        out = list(host.advertised_addrs(exclude))
         for peer_id in sorted(host.member_peers(), key=str):
             if peer_id == exclude or host.is_blocked(peer_id):
                 continue
@@ -200,7 +222,7 @@ class PeerDiscovery:
             for p in new[: max(room, 0)]:
                 nursery.start_soon(self._dial_quietly, p)
 
-    async def _dial_quietly(self, peer_id: ID) -> None:
+    async def _dial_quietly(self, peer_id: ID, may_forget: bool = True) -> None:
         # py-libp2p refuses for 60 s to dial a peer whose addresses all failed once; during a partition
         # every redial fails, so after the heal that cache, not the network, kept the sides apart for up
         # to a minute. RedialSchedule already spaces these dials out.
@@ -211,7 +233,8 @@ class PeerDiscovery:
             await self._host.connect(peer_id)
         except DialError as exc:
             logger.debug("could not dial known peer: %s", exc)
-            if self._redials.failed(peer_id, trio.current_time()):
+            give_up = self._redials.failed(peer_id, trio.current_time(), count=may_forget)
+            if give_up and peer_id not in self._pinned:
                 self._host.peer_book.forget(peer_id)
         else:
             self._redials.succeeded(peer_id)

@@ -14,7 +14,7 @@ first connections. ``open_gossip`` re-registers already connected peers, but han
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import cast
 
@@ -31,7 +31,8 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from multiaddr import Multiaddr
 
-from .addrs import parse_multiaddr, split_peer_addr, with_peer_id
+from .addrs import is_circuit, is_private, parse_multiaddr, same_lan, split_peer_addr, with_peer_id
+from .circuits import CircuitDialer, Kind, connection_kind, dial_circuit
 from .connections import ConnectionWatch, prune_closed
 from .discovery import PeerDiscovery
 from .errors import BadMultiaddrError, DialError, ProtocolNotSpokenError
@@ -69,6 +70,10 @@ class P2PHost:
         self._blocked: set[ID] = set()  # banned peers: never dialed, streams refused, never advertised
         self._admitted: Callable[[ID], Awaitable[bool]] | None = None  # a permissioned run's admission
         self._open_protocols: frozenset[TProtocol] = frozenset()
+        self._circuits: CircuitDialer | None = None  # relayed dialing, once a relay service runs
+        self._circuit_addrs: Callable[[], list[Multiaddr]] = list  # ours, through the relays we reserved on
+        self._relays: Callable[[], Collection[ID]] = frozenset  # the peers holding those reservations
+        self.behind_nat = False  # dial-back probes said nobody can dial us (node/peer/reachability_watch.py)
         for addr in self._announce:
             if "p2p" in [p.name for p in addr.protocols()]:
                 raise BadMultiaddrError(str(addr), "announce addresses take no /p2p/ part")
@@ -88,12 +93,32 @@ class P2PHost:
         """Bound listen addresses with ``/p2p/<our id>``: what others put in their bootstrap list."""
         return [with_peer_id(a, self.peer_id) for a in self.transport_addrs()]
 
-    def advertised_addrs(self) -> list[Multiaddr]:
-        """What peer exchange tells others about us: the announce addresses when configured, else the bound
-        ones, with ``/p2p/<our id>``."""
-        if self._announce:
-            return [with_peer_id(a, self.peer_id) for a in self._announce]
-        return self.addrs()
+    def advertised_addrs(self, to: ID | None = None) -> list[Multiaddr]:
+        """What peer exchange tells ``to`` about us: the announce addresses when configured, else the bound
+        ones, then our circuit addresses, with ``/p2p/<our id>``.
+
+        Behind a NAT (``behind_nat``) a private-range address (192.168.x, 10.x, ...) is told only to a peer
+        whose connection comes from the same /24: anyone else dialing it reaches somebody else's LAN, or
+        nothing, after a dial timeout (issue 15: NAT'd joiners kept dialing each other's 192.168 addresses).
+        """
+        own = list(self._announce) or self.transport_addrs()
+        if self.behind_nat:
+            near = self.remote_ip(to) if to is not None else None
+            own = [a for a in own if not is_private(a) or (near is not None and same_lan(a, near))]
+        return [with_peer_id(a, self.peer_id) for a in own + self._circuit_addrs()]
+
+    def use_relays(self, dialer: CircuitDialer, circuit_addrs: Callable[[], list[Multiaddr]],
+                   relays: Callable[[], Collection[ID]] = frozenset) -> None:
+        """Dial circuit addresses with ``dialer``; advertise ``circuit_addrs``; ``relays``: the peers holding
+        a reservation for us (protocol/relay_client.py)."""
+        self._circuits = dialer
+        self._circuit_addrs = circuit_addrs
+        self._relays = relays
+
+    def connection_kind(self, peer_id: ID) -> Kind:
+        """Whether our connection to ``peer_id`` is direct (hole-punched included), relayed only, or none:
+        whom a payload fetcher should ask first."""
+        return connection_kind(self._host, peer_id)
 
     def advertise_confirmed(self, addrs: Sequence[Multiaddr]) -> None:
         """Advertise addresses that dial-back probes confirmed (a UPnP mapping, a forwarded port), ahead of
@@ -167,15 +192,19 @@ class P2PHost:
 
     # --- stream handlers ----------------------------------------------------------------------------------
 
-    def set_handler(self, protocol: TProtocol, handler: StreamHandler) -> None:
+    def set_handler(self, protocol: TProtocol, handler: StreamHandler, *, members_only: bool = False) -> None:
         """Register a handler that can never take the connection down with it.
 
         In 0.8.1 the handler runs inside the connection's task group; an escaping exception would tear down
         the connection (and has been seen to kill the host). Any exception is logged and the stream reset.
+        Banned peers (and a permissioned run's strangers) get a reset; with ``members_only`` so do peers
+        identify shows to speak none of our protocols (``is_foreign``), for services of a standard libp2p
+        protocol (the relay hop) that only the run's members may use.
         """
 
         async def guarded(stream: INetStream) -> None:
-            if not await self._serves(stream.muxed_conn.peer_id, protocol):
+            peer = stream.muxed_conn.peer_id
+            if not await self._serves(peer, protocol) or (members_only and self.is_foreign(peer)):
                 await reset_quietly(stream)
                 return
             try:
@@ -220,15 +249,43 @@ class P2PHost:
         addrs = list(transports) or list(self.peer_book.addrs(peer_id))
         if not addrs:
             raise DialError(str(peer_id), "no known address")
+        direct = [a for a in addrs if not is_circuit(a)]
+        relayed = [a for a in addrs if is_circuit(a)] if self._circuits is not None else []
+        if not direct and not relayed:
+            raise DialError(str(peer_id), "only relayed addresses, and no relay client runs here")
+        failures: list[str] = []
         async with self._dial_limit:
-            try:
-                with trio.fail_after(self.config.dial_timeout):
-                    await self._host.connect(PeerInfo(peer_id, addrs))
-            except trio.TooSlowError as exc:
-                raise DialError(str(peer_id), f"timed out after {self.config.dial_timeout:g}s") from exc
-            except Exception as exc:  # SwarmException, OSError, Noise/multiselect failures...
-                raise DialError(str(peer_id), f"{type(exc).__name__}: {exc}") from exc
-        self.peer_book.add(peer_id, addrs)
+            if direct:  # direct first: a relay carries our traffic only when nothing else reaches the peer
+                try:
+                    await self._dial_direct(peer_id, direct)
+                except DialError as exc:
+                    if not relayed:
+                        raise
+                    failures.append(str(exc))
+                else:
+                    self.peer_book.add(peer_id, addrs)
+                    return
+            for addr in relayed[:2]:
+                try:
+                    with trio.fail_after(self.config.dial_timeout):
+                        await dial_circuit(cast(CircuitDialer, self._circuits), addr, peer_id)
+                except trio.TooSlowError:
+                    failures.append(f"{addr}: timed out after {self.config.dial_timeout:g}s")
+                except Exception as exc:  # ConnectionError from the relay, Noise failures...
+                    failures.append(f"{addr}: {type(exc).__name__}: {exc}")
+                else:
+                    self.peer_book.add(peer_id, addrs)
+                    return
+        raise DialError(str(peer_id), "; ".join(failures))
+
+    async def _dial_direct(self, peer_id: ID, addrs: list[Multiaddr]) -> None:
+        try:
+            with trio.fail_after(self.config.dial_timeout):
+                await self._host.connect(PeerInfo(peer_id, addrs))
+        except trio.TooSlowError as exc:
+            raise DialError(str(peer_id), f"timed out after {self.config.dial_timeout:g}s") from exc
+        except Exception as exc:  # SwarmException, OSError, Noise/multiselect failures...
+            raise DialError(str(peer_id), f"{type(exc).__name__}: {exc}") from exc
 
     async def dial(self, addr: str | Multiaddr) -> ID:
         """Dial ``<transport>/p2p/<id>``; BadMultiaddrError before any network I/O if it does not parse."""
@@ -251,10 +308,25 @@ class P2PHost:
             with trio.fail_after(self.config.dial_timeout):
                 return await self._host.new_stream(peer_id, [protocol])
         except trio.TooSlowError as exc:
-            await self.disconnect(peer_id)
+            if self._may_redial(peer_id):
+                logger.info("closing the connections to %s: no %s stream opened within %gs", peer_id,
+                            protocol, self.config.dial_timeout)
+                await self.disconnect(peer_id)
             raise DialError(str(peer_id), f"stream open timed out ({protocol})") from exc
         except Exception as exc:
             raise DialError(str(peer_id), f"cannot open {protocol}: {type(exc).__name__}: {exc}") from exc
+
+    def _may_redial(self, peer_id: ID) -> bool:
+        """Whether closing a slow connection to ``peer_id`` can be undone by dialing it again: not a direct
+        one when we know no direct address of it (a peer behind a NAT: only it can dial), nor one to a peer
+        that relays for us (closing it would cut every circuit through it); a relayed one always. Under load
+        a stream open can take longer than the dial timeout on a healthy connection; closing those cut
+        NAT'd peers off for good."""
+        if peer_id in self._relays():
+            return False
+        if self.connection_kind(peer_id) is Kind.RELAYED:
+            return True  # a circuit is dialed again through the relay
+        return any(not is_circuit(a) for a in self.peer_book.addrs(peer_id))
 
     def remote_ip(self, peer_id: ID) -> str | None:
         """The IP address ``peer_id``'s connection to us comes from, as our socket sees it."""
@@ -269,6 +341,10 @@ class P2PHost:
         sockets at once). Bounded: a subscriber that falls behind misses entries rather than growing memory.
         """
         return self._watch.lost_peers()
+
+    async def wait_for_change(self) -> None:
+        """Until a connection opens or closes."""
+        await self._watch.changed.wait()
 
     async def wait_for_peers(self, count: int, timeout: float) -> None:
         """Block until at least ``count`` peers are connected; trio.TooSlowError after ``timeout``."""

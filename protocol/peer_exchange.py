@@ -161,12 +161,17 @@ class RedialSchedule:
         ready = [p for p in candidates if self._next.get(p, (now, 0))[0] <= now]
         return sorted(ready, key=lambda p: self._next.get(p, (now, 0))[1])
 
-    def failed(self, peer_id: ID, now: float) -> bool:
-        """Record a failed dial; True when the peer should be forgotten."""
-        attempts = self._next.get(peer_id, (now, 0))[1] + 1
-        if attempts >= self._give_up:
+    def failed(self, peer_id: ID, now: float, *, count: bool = True) -> bool:
+        """Record a failed dial; True when the peer should be forgotten. ``count=False`` backs off without
+        moving towards forgetting (a dial made while we had no connection at all says nothing of the peer).
+        """
+        before = self._next.get(peer_id, (now, 0))[1]
+        attempts = before + 1
+        if count and attempts >= self._give_up:
             self._next.pop(peer_id, None)
             return True
+        if not count and before and self._base * 2 ** (before - 1) >= self._cap:
+            attempts = before  # already backed off to the cap: an uncounted failure adds nothing
         self._next[peer_id] = (now + min(self._cap, self._base * 2 ** (attempts - 1)), attempts)
         return False
 

@@ -102,12 +102,18 @@ def render(url: str, st: NodeStatus, now: float) -> str:
                     f"{st.data_shards_fetched} ({human_bytes(st.data_bytes_fetched)}), faulty servers "
                     f"{st.blob_faulty}")
     row("peers", f"{st.peers}")
+    if st.isolated_seconds:
+        row("connections", f"none for {human_seconds(st.isolated_seconds)}: redialing known peers until one "
+                           "answers")
     if st.vote_quorum:
         row("trust", f"a step needs {st.vote_quorum} signed votes; safe while at most {st.faults_tolerated} "
                      f"of {st.peers} peers lie")
     row("admission", "permissioned: only the founder and holders of its tickets are served and heard"
         if st.permissioned else "open: anyone may join (after a warm-up, without a vote until active)")
     row("reachability", _REACHABILITY.get(st.reachability, st.reachability))
+    if any(st.connections.values()) or st.relay_reservations:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in st.connections.items())
+        row("connections", f"{kinds}; reachable through {st.relay_reservations} relay(s)")
     row("payload sent", human_bytes(st.sent_bytes))
     row("payload received", human_bytes(st.received_bytes))
     row("rounds", ", ".join(f"{k} {v}" for k, v in st.rounds.items()) or "-")

@@ -57,6 +57,9 @@ class NodeStatus:
     vote_quorum: int = 0
     permissioned: bool = False
     reachability: str = "unknown"
+    isolated_seconds: float = 0.0
+    connections: dict[str, int] = field(default_factory=dict)  # connected members by kind (direct, ...)
+    relay_reservations: int = 0
     weights_agreement_ratio: float | None = None
     bandwidth_reduction_ratio: float | None = None
     checkpoints: int = 0
@@ -182,6 +185,9 @@ def parse_status(text: str) -> NodeStatus:
         permissioned=bool(_get(s, "distro_admission_permissioned")),
         reachability=next((v for v, on in _by_label(s, "distro_reachability", "verdict").items() if on),
                           "unknown"),
+        isolated_seconds=_get(s, "distro_isolated_seconds") or 0.0,
+        connections={k: int(v) for k, v in _by_label(s, "distro_connections", "kind").items()},
+        relay_reservations=int(_get(s, "distro_relay_reservations") or 0),
         weights_agreement_ratio=_positive(_get(s, "distro_weights_hash_agreement_ratio")),
         bandwidth_reduction_ratio=_positive(_get(s, "distro_bandwidth_reduction_ratio")),
         checkpoints=int(_get(s, "distro_checkpoints_saved_total") or 0),

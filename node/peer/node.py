@@ -49,9 +49,11 @@ from .fetcher import Fetcher
 from .heartbeat import send_heartbeats
 from .init_fetch import catalog_init_files
 from .intake import GossipDecoder, GossipIntake
+from .isolation_watch import IsolationWatch
 from .leaving import Leaver, StopRequest
 from .lookahead import LookAhead
 from .manifest import RunManifest, payload_cap
+from .nat_traversal import NatTraversal, open_nat_traversal
 from .options import PeerError, PeerOptions
 from .outbox import Outbox
 from .output import Output
@@ -225,6 +227,7 @@ class PeerNode:
                         prefilter=forwarder_prefilter(gossip_cfg.max_forwarded_per_origin_per_second,
                                                       gossip_cfg.max_forwarded_burst, trio.current_time,
                                                       counted)) as gossip,
+            open_nat_traversal(host, out, None if run.telemetry is None else run.telemetry.metrics) as nat,
             trio.open_nursery() as nursery,
         ):
             outbox = Outbox()
@@ -249,18 +252,21 @@ class PeerNode:
                                bootstrap=source.bootstrap_peer, trainer=run.trainer,
                                round_view=lambda: driver.machine, untrusted=_untrusted_donors(out),
                                chain=chain)
-            resyncer = Resyncer(sync=sync, driver=driver, intake=intake, out=out)
+            stop = StopRequest(out=out, changes=changes, leave_budget=opts.leave_budget)
+            resyncer = Resyncer(sync=sync, driver=driver, intake=intake, out=out, changes=changes,
+                                stopping=lambda: stop.requested)
             cohort = GenesisCohort(run.self_id, opts.genesis_peers, changes) if self.founder else None
             snapshots = SnapshotDesk(cohort=cohort, driver=driver, resync=resyncer, trainer=run.trainer,
                                      compute_limit=self._compute_limit, changes=changes)
             StateServer(host, run.run_id, snapshots.provide, admit=gate).install()
             emit_listening(out, host, opts, run.manifest, self_id=run.self_id, founder=self.founder,
                            metrics_url=run.telemetry.url if run.telemetry is not None else None)
-            stop = StopRequest(out=out, changes=changes, leave_budget=opts.leave_budget)
             nursery.start_soon(run.admission.run, host)
-            report = run.telemetry.metrics.set_reachability if run.telemetry is not None else None
-            start_reachability(nursery, host, out, opts.network, report,
+            start_reachability(nursery, host, out, opts.network, partial(_on_verdict, nat, run.telemetry),
                                partial(join_command, run_id_hex=run.run_id.hex()))
+            nursery.start_soon(nat.run)
+            isolated = run.telemetry.metrics.set_isolated if run.telemetry is not None else None
+            nursery.start_soon(IsolationWatch(host, out, isolated).run)
             nursery.start_soon(intake.run, gossip)
             nursery.start_soon(intake.watch_lost_peers, host.lost_peers())
             nursery.start_soon(outbox.run, gossip)
@@ -334,6 +340,12 @@ class PeerNode:
                           decoded=decoded, stop=stop,
                           checkpointer=checkpointer, changes=self._changes, out=out, steps=opts.steps,
                           compute_limit=self._compute_limit, feed=run.feed)
+
+
+def _on_verdict(nat: NatTraversal, telemetry: Telemetry | None, verdict: str) -> None:
+    nat.on_verdict(verdict)
+    if telemetry is not None:
+        telemetry.metrics.set_reachability(verdict)
 
 
 def _untrusted_donors(out: Output) -> UntrustedDonors:

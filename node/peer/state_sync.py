@@ -43,6 +43,7 @@ META_TIMEOUT = 40.0
 CHAIN_TIMEOUT = 20.0
 PART_TIMEOUT = 60.0
 ATTEMPTS = 6
+NO_PEER_WAIT = 20.0  # how long one attempt waits for any donor to be connected
 
 Answers = list[tuple[ID, SnapshotMeta]]  # (donor, its description), in order of arrival
 
@@ -232,8 +233,12 @@ async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState
     for _attempt in range(ATTEMPTS):
         donors = _donor_candidates(ctx, bootstrap, anchor)
         if not donors:
+            # Cut off: discovery keeps redialing known peers (protocol/discovery.py); wait for one to come
+            # back rather than burn the attempts in seconds.
             problems.append("no connected peers")
-            await trio.sleep(1.0)
+            with trio.move_on_after(NO_PEER_WAIT):
+                while not _donor_candidates(ctx, bootstrap, anchor):
+                    await ctx.host.wait_for_change()
             continue
         errors: list[str] = []
         # A newcomer's anchor comes from its chain. A resyncing peer keeps its own and asks for no chain: a

@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from distro_node.node.join_process import CLI, JoinCommandError, PeerProc, join_args
+from distro_node.node.testbed.nat import Nat
 from distro_node.node.testbed.netns import Link, Network
 
 LISTEN_PORT = 0  # any free port: each namespace has its own port space, but tests never fix ports
@@ -34,14 +35,14 @@ class Testbed:
     __test__ = False  # not a pytest class, whatever its name
 
     def __init__(self, links: Sequence[Link], log_dir: Path, run_args: Sequence[str],
-                 peer_args: Sequence[str] = ()) -> None:
+                 peer_args: Sequence[str] = (), nats: Mapping[int, Nat] | None = None) -> None:
         self.log_dir = log_dir
         self.run_args = list(run_args)
         self.peer_args = list(peer_args)
         self.procs: list[PeerProc | None] = [None] * len(links)
         self._restarts = [0] * len(links)
         self.join_command: str | None = None
-        self.net = Network(links)
+        self.net = Network(links, nats)  # peers in ``nats`` sit behind a home router (node/testbed/nat.py)
 
     def __enter__(self) -> Testbed:
         return self
@@ -54,7 +55,7 @@ class Testbed:
         return len(self.procs)
 
     def listen(self, i: int) -> str:
-        return f"/ip4/{self.net.address(i)}/tcp/{LISTEN_PORT}"
+        return f"/ip4/{self.net.listen_address(i)}/tcp/{LISTEN_PORT}"
 
     def _spawn(self, i: int, join_args: Sequence[str]) -> PeerProc:
         data_dir = self.log_dir / f"peer{i}"

@@ -35,6 +35,7 @@ def busy_node() -> NodeMetrics:
     metrics.round_closed("complete")
     metrics.round_closed("deadline")
     metrics.set_reachability("private")
+    metrics.set_connections({"direct": 1, "punched": 1, "relayed": 2}, 2)
     return metrics
 
 
@@ -73,6 +74,7 @@ def test_text_status_shows_what_the_node_observed(node_url: str, capsys: pytest.
     assert lines["weights agreement"] == "87.5% of announcing peers agree"
     assert lines["bandwidth reduction"] == "2,000x less than dense bf16"
     assert lines["reachability"].startswith("private: peers could not dial this node back")
+    assert lines["connections"] == "1 direct, 1 punched, 2 relayed; reachable through 2 relay(s)"
 
 
 def test_json_status(node_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,7 @@ import prometheus_client
 import pytest
 from distro_node.compression.errors import REASONS
 from distro_node.node.metrics import (
+    CONNECTION_KINDS,
     GOSSIP_REASONS,
     OUTCOMES,
     PHASES,
@@ -45,7 +46,8 @@ REQUIRED = {
 }
 ALLOWED_LABELS = {"phase": set(PHASES), "reason": set(REASONS) | set(GOSSIP_REASONS),
                   "outcome": set(OUTCOMES), "event": set(ROUND_EVENTS),
-                  "verdict": set(VERDICTS), "what": set(REFUSALS), "version": None}
+                  "verdict": set(VERDICTS), "what": set(REFUSALS), "kind": set(CONNECTION_KINDS),
+                  "version": None}
 
 
 def busy_metrics() -> NodeMetrics:
@@ -60,6 +62,8 @@ def busy_metrics() -> NodeMetrics:
     metrics.bandwidth_reduction(2_000_000, 1000)
     metrics.round_closed("deadline")
     metrics.checkpoint_saved(1.7e9)
+    metrics.set_connections({"direct": 2, "punched": 1, "relayed": 3}, 2)
+    metrics.nat_traversal(4096, 3, 1)
     return metrics
 
 
@@ -79,6 +83,12 @@ def test_exposition_parses_and_holds_the_observed_values() -> None:
     assert value[("distro_payload_sent_bytes_total", ())] == 1200
     assert value[("distro_payload_received_bytes_total", ())] == 8400
     assert value[("distro_tokens_total", ())] == 512
+    assert value[("distro_connections", (("kind", "relayed"),))] == 3
+    assert value[("distro_connections", (("kind", "punched"),))] == 1
+    assert value[("distro_relay_reservations", ())] == 2
+    assert value[("distro_relayed_bytes_total", ())] == 4096
+    assert value[("distro_holepunch_attempts_total", ())] == 3
+    assert value[("distro_holepunch_successes_total", ())] == 1
     assert value[("distro_payloads_rejected_total", (("reason", "norm"),))] == 2
     assert value[("distro_payloads_rejected_total", (("reason", "malformed"),))] == 0
     assert value[("distro_step_phase_seconds_count", (("phase", "compute"),))] == 1

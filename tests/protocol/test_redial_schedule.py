@@ -35,3 +35,12 @@ def test_an_unreachable_peer_is_given_up_and_memory_follows_the_candidates() -> 
     assert len(sched) == 1
     sched.due([], 0.0)  # b is connected again or forgotten by the book: nothing kept for it
     assert len(sched) == 0
+
+
+def test_uncounted_failures_back_off_but_never_forget() -> None:
+    """A node with no connection at all cannot tell a dead peer from its own dead link (discovery.py)."""
+    a = _peer()
+    sched = RedialSchedule(base=1.0, cap=4.0, give_up_after=5)
+    assert not any(sched.failed(a, float(t), count=False) for t in range(0, 200, 5))
+    assert sched.due([a], 198.9) == [] and sched.due([a], 199.0) == [a]  # backed off to the cap, no more
+    assert sched.failed(a, 300.0) is False  # the count stopped where the cap was reached (3, now 4 of 5)
