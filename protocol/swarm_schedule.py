@@ -148,13 +148,18 @@ class PieceScheduler:
         """New requests to send now; empty when every free slot has nothing useful to ask for."""
         out: list[Request] = []
         reserved = self._reserved()
-        for name in self._ranked_holders(now):
+        ranked = [n for n in self._ranked_holders(now)
+                  if len(self.holders[n].in_flight) < self.config.max_in_flight]
+        if not ranked:
+            return out
+        rarity = self._rarity()
+        for name in ranked:
             h = self.holders[name]
             while len(h.in_flight) < self.config.max_in_flight:
                 free = [i for i in h.pieces if i not in self.have and i not in reserved]
                 if not free:
                     break
-                free.sort(key=self._rarity_key)
+                free.sort(key=lambda i: (rarity[i], self._tiebreak[i]))
                 picks = tuple(free[: self.config.choices])
                 rid = self._next_id
                 self._next_id += 1
@@ -251,9 +256,14 @@ class PieceScheduler:
             out.update(r.candidates if r.piece is None else (r.piece,))
         return out
 
-    def _rarity_key(self, piece: int) -> tuple[int, bytes]:
-        holders = sum(1 for h in self.holders.values() if not h.dropped and piece in h.pieces)
-        return holders, self._tiebreak[piece]
+    def _rarity(self) -> list[int]:
+        """Live holders per piece, counted once per decision (not once per comparison)."""
+        counts = [0] * self.count
+        for h in self.holders.values():
+            if not h.dropped:
+                for i in h.pieces:
+                    counts[i] += 1
+        return counts
 
     def _expected_seconds(self, h: _Holder, extra: int) -> float:
         rate = h.rate if h.rate is not None else self.config.prior_rate

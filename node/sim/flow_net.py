@@ -137,8 +137,11 @@ class FlowNetwork:
         self._stale = True
 
     def _sync(self) -> None:
-        """Write the array's remaining bytes back into the transfer objects."""
-        for transfer, left in zip(self._active, self._left.tolist(), strict=False):
+        """Write the arrays' remaining bytes back into the transfer objects. While the set is stale the
+        objects are the truth (the arrays no longer line up with ``_active``), so there is nothing to do."""
+        if self._stale:
+            return
+        for transfer, left in zip(self._active, self._left.tolist(), strict=True):
             transfer.remaining = left
 
     def _refresh(self) -> None:
