@@ -1,15 +1,20 @@
-"""Wire format and settings of ``/distro/pieces/1.0.0``: have-maps, piece-hash lists and pieces of a payload.
+"""Wire format and settings of ``/distro/pieces/1.0.0``: a session per (fetcher, holder, payload).
 
-Every request names the payload by (run, step, root) (protocol/pieces.py) and asks one of three things:
-  request = version:u8 (=1) | kind:u8 | run_id_len:u8 (1..64) | run_id | step:u64 | root:32 | argument
-    HAVE    argument = known:u32        the holder answers once it has more than ``known`` pieces (long poll,
-                                        at most ``have_wait``), so news of a new piece travels at once
-    HASHES  argument = (none)           the piece-hash list, which the fetcher checks against the root
-    PIECE   argument = n:u8 (1..16) | n x index:u32   "any one of these": the holder picks (pieces_serve.py)
-  reply = status:u8, then if OK:
-    HAVE    uploads:u16 | count:u32 | bitfield[ceil(count / 8)]   (bit i: byte i // 8, most significant first)
+Why sessions: opening a py-libp2p stream costs ~8 ms of CPU on each side (multistream-select, yamux), and
+a stream per piece made a swarm fetch of one 1.45 MB payload by 3 peers cost 8x the CPU of a whole-payload
+pull. One stream carries every request of one fetcher to one holder for one payload, strictly alternating:
+  open    = version:u8 (=1) | run_id_len:u8 (1..64) | run_id | step:u64 | root:32
+  answer  = status:u8                      OK, or NOT_FOUND (another run), BUSY (too many sessions)
+  then, repeated:
+  message = op:u8, then
+    HAVE    known:u32        answered once the holder holds more than ``known`` pieces, or after
+                             ``have_wait`` with what it has (NOT_FOUND while it has nothing)
+    HASHES  (nothing)        the size and piece-hash list, which the fetcher checks against the root
+    PIECE   n:u8 (1..16) | n x index:u32     "any one of these": the holder picks (pick_to_serve)
+  reply   = status:u8, then if OK:
+    HAVE    uploads:u16 | count:u32 | bitfield[ceil(count / 8)]   (bit i: byte i // 8, high bit first)
     HASHES  size:u64 | count:u32 | count x 32 bytes   (the size is bound by the root: an inclusion list
-                                                   names a payload by root alone)
+                                                     names a payload by root alone)
     PIECE   index:u32 | length:u32 | body[length]
 
 Lengths and counts are checked against what the fetcher already knows from the signed announcement (the
@@ -43,7 +48,7 @@ PIECE_HEADER = struct.Struct(">II")
 HAVE_HEADER = struct.Struct(">HI")
 
 
-class Kind(IntEnum):
+class Kind(IntEnum):  # a message's op
     HAVE = 1
     HASHES = 2
     PIECE = 3
@@ -62,42 +67,45 @@ class PiecesConfig:
     max_payload_bytes: int = 16 * 1024 * 1024
     # One piece request, dial included. 128 KiB at 2 Mbit/s takes 0.5 s, shared by a few fetchers.
     piece_timeout: float = 20.0
-    # How long a holder keeps a HAVE request open waiting for news.
+    # How long a holder holds a HAVE message waiting for a new piece before it answers with what it has.
     have_wait: float = 2.0
     # The whole fetch of one payload.
     fetch_timeout: float = 60.0
-    # How long the server waits for the request bytes (slow-loris bound).
+    # How long the server waits for a session's opening bytes (slow-loris bound).
     request_timeout: float = 10.0
+    # How long a session may sit without a message (the fetcher is busy with other holders meanwhile).
+    session_idle: float = 60.0
+    # Messages one session may carry (a payload has at most a few hundred pieces).
+    max_session_messages: int = 4096
     # How long the server spends writing one reply before giving up on a stalled reader.
     serve_timeout: float = 60.0
     # Piece uploads at once, over every payload and fetcher; beyond it the answer is BUSY. Few, so each
     # piece leaves fast and its receiver can pass it on (the flow model in tests/protocol/
     # test_swarm_schedule.py: a slow origin took 6.4 s with 2 slots, 7.4 s with 4, 8.0 s with 8; bound 5.8 s).
-    upload_slots: int = 2
-    # HAVE requests held open at once; beyond it they are answered at once.
-    max_have_waiters: int = 256
+    upload_slots: int = 8
+    # Sessions open at once, over every payload and fetcher; beyond it a new one is answered BUSY.
+    max_sessions: int = 256
     # A holder that timed out or reset this many times is dropped for the rest of the fetch.
     max_losses: int = 3
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
 
     def __post_init__(self) -> None:
-        if min(self.max_payload_bytes, self.upload_slots, self.max_have_waiters, self.max_losses) < 1:
+        if min(self.max_payload_bytes, self.upload_slots, self.max_sessions, self.max_losses,
+               self.max_session_messages) < 1:
             raise ValueError("PiecesConfig sizes and counts must be >= 1")
         if self.schedule.choices > MAX_CHOICES:
             raise ValueError(f"PiecesConfig.schedule.choices must be <= {MAX_CHOICES} (the wire's cap)")
-        for name in ("piece_timeout", "have_wait", "fetch_timeout", "request_timeout", "serve_timeout"):
+        for name in ("piece_timeout", "have_wait", "fetch_timeout", "request_timeout", "session_idle",
+                     "serve_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"PiecesConfig.{name} must be > 0")
 
 
 @dataclass(frozen=True)
-class PiecesRequest:
-    kind: Kind
+class SessionOpen:
     run_id: bytes
     step: int
     root: bytes
-    known: int = 0  # HAVE
-    choices: tuple[int, ...] = ()  # PIECE
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.run_id) <= MAX_RUN_ID_BYTES:
@@ -106,48 +114,66 @@ class PiecesRequest:
             raise BadRequestError(f"step must be an int in [0, 2^64), got {self.step!r}")
         if len(self.root) != DIGEST_BYTES:
             raise BadRequestError(f"root must be {DIGEST_BYTES} bytes, got {len(self.root)}")
+
+    def encode(self) -> bytes:
+        return bytes([VERSION, len(self.run_id)]) + self.run_id + _STEP.pack(self.step) + self.root
+
+
+@dataclass(frozen=True)
+class Message:
+    op: Kind
+    known: int = 0  # HAVE
+    choices: tuple[int, ...] = ()  # PIECE
+
+    def __post_init__(self) -> None:
         if not 0 <= self.known < 2**32:
             raise BadRequestError(f"known count {self.known} out of range")
-        if self.kind == Kind.PIECE and not 1 <= len(self.choices) <= MAX_CHOICES:
+        if self.op == Kind.PIECE and not 1 <= len(self.choices) <= MAX_CHOICES:
             raise BadRequestError(f"a piece request names 1..{MAX_CHOICES} pieces, got {len(self.choices)}")
         if any(not 0 <= i < 2**32 for i in self.choices):
             raise BadRequestError("piece index out of range")
 
     def encode(self) -> bytes:
-        head = bytes([VERSION, self.kind, len(self.run_id)]) + self.run_id + _STEP.pack(self.step) + self.root
-        if self.kind == Kind.HAVE:
-            return head + U32.pack(self.known)
-        if self.kind == Kind.PIECE:
-            return head + U8.pack(len(self.choices)) + b"".join(U32.pack(i) for i in self.choices)
-        return head
+        if self.op == Kind.HAVE:
+            return bytes([self.op]) + U32.pack(self.known)
+        if self.op == Kind.PIECE:
+            return bytes([self.op, len(self.choices)]) + b"".join(U32.pack(i) for i in self.choices)
+        return bytes([self.op])
 
 
-async def read_request(stream: ByteReader) -> PiecesRequest:
-    """Parse field by field; a request is never more than ~180 bytes, whatever the sender claims."""
+async def read_open(stream: ByteReader) -> SessionOpen:
+    """Parse a session's opening field by field: never more than 107 bytes, whatever the sender claims."""
     try:
-        version, kind, run_id_len = await read_exactly(stream, 3)
+        version, run_id_len = await read_exactly(stream, 2)
         if version != VERSION:
-            raise BadRequestError(f"unsupported request version {version}")
-        if kind not in Kind._value2member_map_:
-            raise BadRequestError(f"unknown request kind {kind}")
+            raise BadRequestError(f"unsupported version {version}")
         if not 1 <= run_id_len <= MAX_RUN_ID_BYTES:
             raise BadRequestError(f"run_id length {run_id_len} out of range")
         rest = await read_exactly(stream, run_id_len + _STEP.size + DIGEST_BYTES)
-        run_id, root = rest[:run_id_len], rest[run_id_len + _STEP.size :]
-        (step,) = _STEP.unpack_from(rest, run_id_len)
-        if kind == Kind.HAVE:
+    except ShortReadError as exc:
+        raise BadRequestError(f"truncated session opening: {exc}") from exc
+    (step,) = _STEP.unpack_from(rest, run_id_len)
+    return SessionOpen(rest[:run_id_len], step, rest[run_id_len + _STEP.size :])
+
+
+async def read_message(stream: ByteReader) -> Message:
+    """The next message of a session (ShortReadError when the fetcher closed it)."""
+    (op,) = await read_exactly(stream, 1)
+    if op not in Kind._value2member_map_:
+        raise BadRequestError(f"unknown op {op}")
+    try:
+        if op == Kind.HAVE:
             (known,) = U32.unpack(await read_exactly(stream, U32.size))
-            return PiecesRequest(Kind.HAVE, run_id, step, root, known=known)
-        if kind == Kind.PIECE:
+            return Message(Kind.HAVE, known=known)
+        if op == Kind.PIECE:
             (n,) = await read_exactly(stream, 1)
             if not 1 <= n <= MAX_CHOICES:
                 raise BadRequestError(f"a piece request names 1..{MAX_CHOICES} pieces, got {n}")
             raw = await read_exactly(stream, n * U32.size)
-            choices = tuple(U32.unpack_from(raw, k * U32.size)[0] for k in range(n))
-            return PiecesRequest(Kind.PIECE, run_id, step, root, choices=choices)
-        return PiecesRequest(Kind.HASHES, run_id, step, root)
+            return Message(Kind.PIECE, choices=tuple(U32.unpack_from(raw, k * U32.size)[0] for k in range(n)))
     except ShortReadError as exc:
-        raise BadRequestError(f"truncated request: {exc}") from exc
+        raise BadRequestError(f"truncated message: {exc}") from exc
+    return Message(Kind.HASHES)
 
 
 def encode_bitfield(count: int, have: Iterable[int]) -> bytes:

@@ -22,10 +22,12 @@ from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import (
     PIECES_PROTOCOL,
     Kind,
+    Message,
     PiecesConfig,
-    PiecesRequest,
+    SessionOpen,
     Status,
-    read_request,
+    read_message,
+    read_open,
 )
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.swarm_fetch import FetchStats, SwarmRequest, fetch_swarm
@@ -152,7 +154,9 @@ def test_corrupt_piece_is_rejected_and_its_holder_dropped() -> None:
 
 def _install_raw(host: P2PHost, reply: bytes) -> None:
     async def handler(stream: INetStream) -> None:
-        await read_request(stream)
+        await read_open(stream)
+        await stream.write(bytes([Status.OK]))
+        await read_message(stream)
         await stream.write(reply)
         await stream.close()
 
@@ -188,10 +192,18 @@ def test_server_answers_malformed_and_unknown_requests_with_a_status() -> None:
             root = bytes(32)
             with trio.fail_after(WAIT):
                 stream = await b.open_stream(a.peer_id, PIECES_PROTOCOL)
-                await stream.write(bytes([9, Kind.HASHES, 32]) + RUN + bytes(8 + 32))  # bad version
+                await stream.write(bytes([9, 32]) + RUN + bytes(8 + 32))  # bad version
                 assert await stream.read(1) == bytes([Status.BAD_REQUEST])
                 stream = await b.open_stream(a.peer_id, PIECES_PROTOCOL)
-                await stream.write(PiecesRequest(Kind.PIECE, RUN, 1, root, choices=(0,)).encode())
+                await stream.write(SessionOpen(RUN, 1, root).encode())
+                assert await stream.read(1) == bytes([Status.OK])
+                await stream.write(Message(Kind.PIECE, choices=(0,)).encode())
                 assert await stream.read(1) == bytes([Status.NOT_FOUND])
+                await stream.write(Message(Kind.HASHES).encode())
+                assert await stream.read(1) == bytes([Status.NOT_FOUND])  # the session goes on
+                await stream.write(bytes([77]))  # an unknown op ends it
+                with pytest.raises(Exception):  # noqa: B017 (reset or EOF, whichever py-libp2p raises)
+                    assert await stream.read(1) == b""
+                    await stream.read(1)
 
     trio.run(body)
