@@ -82,7 +82,7 @@ class PiecesConfig:
     # Piece uploads at once, over every payload and fetcher; beyond it the answer is BUSY. Few, so each
     # piece leaves fast and its receiver can pass it on (the flow model in tests/protocol/
     # test_swarm_schedule.py: a slow origin took 6.4 s with 2 slots, 7.4 s with 4, 8.0 s with 8; bound 5.8 s).
-    upload_slots: int = 8
+    upload_slots: int = 2
     # Sessions open at once, over every payload and fetcher; beyond it a new one is answered BUSY.
     max_sessions: int = 256
     # A holder that timed out or reset this many times is dropped for the rest of the fetch.
