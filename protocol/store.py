@@ -11,17 +11,18 @@ Keyed by (step, sha256): identical bytes in two steps would be two entries, whic
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 
 from .errors import PayloadTooLargeForStoreError, StaleStepError
+from .pieces import payload_root
 
 DIGEST_BYTES = 32
 
 
 def payload_digest(data: bytes) -> bytes:
-    """The content address peers announce and request (sha256, 32 bytes)."""
-    return hashlib.sha256(data).digest()
+    """The content address peers announce and request: the 32-byte root over the payload's pieces
+    (protocol/pieces.py), so a swarm fetch checks every piece as it lands."""
+    return payload_root(data)
 
 
 class PayloadStore:

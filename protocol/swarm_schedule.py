@@ -50,7 +50,7 @@ class Failure(enum.Enum):
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    max_in_flight: int = 2  # requests per holder at once: one queued behind the one sending
+    max_in_flight: int = 1  # requests per holder at once (a session alternates request and reply)
     # Candidates named per request (the wire's cap): wide, so a holder can always pick a piece it has not
     # sent yet; they are reserved only until its reply names the piece (one round trip).
     choices: int = 16
@@ -291,7 +291,8 @@ def pick_to_serve(candidates: Iterable[int], have: Iterable[int], started: Mappi
     least often (ties: the fetcher's order). A piece it already sent once is sent again only when its
     uplink is otherwise idle: the fetchers that got the first copy serve it, and a slow origin's uplink
     stays on pieces nobody has yet (the flow model in tests/protocol/test_swarm_schedule.py: a 2 Mbit/s
-    origin sent 1.7x its payload without this rule, 1.09x with it)."""
+    origin sent 1.7x its payload without this rule, 1.09x with it). A one-piece payload is the exception:
+    its fetchers ask its complete holders only (protocol/swarm_fetch.py), so repeats are all there is."""
     held = set(have)
     options = [i for i in candidates if i in held]
     if not options:
@@ -299,6 +300,6 @@ def pick_to_serve(candidates: Iterable[int], have: Iterable[int], started: Mappi
     if uploading >= slots:
         return Decline.BUSY
     best = min(options, key=lambda i: started.get(i, 0))
-    if uploading > 0 and started.get(best, 0) > 0:
+    if uploading > 0 and started.get(best, 0) > 0 and len(held) > 1:
         return Decline.BUSY
     return best

@@ -41,6 +41,7 @@ from .errors import (
     TransportError,
 )
 from .host import P2PHost
+from .pieces import RootHasher
 from .rpc import client_stream
 from .store import DIGEST_BYTES, PayloadStore
 from .wire import READ_CHUNK, ShortReadError, read_exactly, reply_within, reset_quietly
@@ -247,7 +248,7 @@ async def _read_body(stream: INetStream, length: int, want: bytes, peer: str) ->
     """Read ``length`` bytes in bounded chunks into one preallocated buffer, hashing as they arrive."""
     buf = bytearray(length)
     view = memoryview(buf)
-    digest = hashlib.sha256()
+    digest = RootHasher()
     filled = 0
     while filled < length:
         part = await stream.read(min(READ_CHUNK, length - filled))
@@ -259,7 +260,8 @@ async def _read_body(stream: INetStream, length: int, want: bytes, peer: str) ->
         digest.update(part)
         filled += len(part)
     if digest.digest() != want:
-        raise HashMismatchError(f"body hashes to {digest.hexdigest()[:16]}, wanted {want.hex()[:16]}", peer)
+        got = digest.digest().hex()[:16]
+        raise HashMismatchError(f"body hashes to {got}, wanted {want.hex()[:16]}", peer)
     view.release()
     return bytes(buf)
 

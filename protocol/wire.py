@@ -82,25 +82,28 @@ class ByteWriter(Protocol):
 WRITE_CHUNK = 256 * 1024
 
 
-async def write_reply(stream: ByteWriter, header: bytes, body: bytes = b"") -> None:
+async def write_reply(stream: ByteWriter, header: bytes, body: bytes = b"", *, close: bool = True) -> None:
     """Write a reply header, then ``body`` in bounded chunks (so one huge write never sits in the muxer's
-    window at once), then close our side. Shared by every request/reply protocol of ours."""
+    window at once), then close our side (unless more replies follow on the stream: ``close=False``).
+    Shared by every request/reply protocol of ours."""
     await stream.write(header)
     view = memoryview(body)
     for offset in range(0, len(body), WRITE_CHUNK):
         await stream.write(bytes(view[offset : offset + WRITE_CHUNK]))
-    await stream.close()
+    if close:
+        await stream.close()
 
 
 class ReplyStream(ByteWriter, Resettable, Protocol):
     pass
 
 
-async def reply_within(stream: ReplyStream, timeout: float, header: bytes, body: bytes = b"") -> bool:
+async def reply_within(stream: ReplyStream, timeout: float, header: bytes, body: bytes = b"", *,
+                       close: bool = True) -> bool:
     """:func:`write_reply` bounded by ``timeout``; a reader that does not take it in time has the stream
     reset (a stalled or hostile reader never holds a server task). Returns whether the reply went out."""
     with trio.move_on_after(timeout) as scope:
-        await write_reply(stream, header, body)
+        await write_reply(stream, header, body, close=close)
     if scope.cancelled_caught:
         await reset_quietly(stream)
         return False

@@ -17,7 +17,7 @@ SIZE = 12 * PIECE_BYTES - 1000  # 12 pieces, the last one short
 
 
 def test_requests_are_disjoint_and_skip_held_pieces() -> None:
-    s = PieceScheduler(SIZE, have=[0, 1], config=ScheduleConfig(choices=2))
+    s = PieceScheduler(SIZE, have=[0, 1], config=ScheduleConfig(max_in_flight=2, choices=2))
     s.holder_has("a", ALL)
     s.holder_has("b", ALL)
     reqs = s.next_requests(0.0)
@@ -105,6 +105,7 @@ def test_pick_to_serve_prefers_first_copies_and_no_repeat_while_busy() -> None:
     assert pick_to_serve([3], [0, 1], {}, uploading=0, slots=2) is Decline.NOT_HELD
     assert pick_to_serve([3, 4], range(12), {}, uploading=2, slots=2) is Decline.BUSY
     assert pick_to_serve([3], range(12), {3: 1}, uploading=1, slots=2) is Decline.BUSY
+    assert pick_to_serve([0], [0], {0: 1}, uploading=1, slots=2) == 0  # a one-piece payload
     assert pick_to_serve([3], range(12), {3: 1}, uploading=0, slots=2) == 3  # idle: a repeat is fine
 
 

@@ -1,0 +1,223 @@
+"""Serving ``/distro/pieces/1.0.0``: every piece this peer holds, of whole payloads and of partial ones.
+
+A peer serves a piece the moment it has verified it, so the pieces a slow origin sent once fan out from the
+fetchers that got them. Which piece to send, when a request offers several, is the holder's choice: the one
+it has started uploading least (protocol/swarm_schedule.py ``pick_to_serve``), which is what lets an origin
+send each piece about once. Hostile requests cost little: the request is parsed field by field under a
+timeout, sessions and uploads are capped, an idle session is closed, and a stalled reader is reset.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from functools import partial
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.network.stream.exceptions import StreamEOF
+
+from .errors import BadRequestError
+from .host import P2PHost
+from .partials import PartialPayloads
+from .pieces import piece_count, piece_hashes, piece_span
+from .pieces_wire import (
+    HAVE_HEADER,
+    PIECE_HEADER,
+    PIECES_PROTOCOL,
+    Kind,
+    Message,
+    PiecesConfig,
+    Status,
+    encode_bitfield,
+    hashes_body,
+    read_message,
+    read_open,
+)
+from .swarm_schedule import Decline, pick_to_serve
+from .transfer import ServedPayloads
+from .wire import ShortReadError, reply_within, reset_quietly
+
+logger = logging.getLogger(__name__)
+
+_KEPT_LISTS = 64  # piece-hash lists of whole payloads, computed on first request
+
+
+class PiecesServer:
+    def __init__(self, host: P2PHost, store: ServedPayloads, partials: PartialPayloads,
+                 config: PiecesConfig | None = None, *,
+                 on_upload: Callable[[int], None] | None = None) -> None:
+        self.host = host
+        self.store = store
+        self.partials = partials
+        self.config = config or PiecesConfig()
+        self._on_upload = on_upload
+        self.uploads_in_progress = 0
+        self._sessions = 0
+        self._lists: OrderedDict[tuple[int, bytes], list[bytes]] = OrderedDict()
+        self._started: OrderedDict[tuple[int, bytes], dict[int, int]] = OrderedDict()
+        self.uploaded_bytes = 0
+        self.pieces_served = 0
+        self.bad_requests = 0
+        self.busy = 0
+        self.last_request_at: float | None = None  # trio time of the last well-formed request (leaving.py)
+
+    def install(self) -> None:
+        self.host.set_handler(PIECES_PROTOCOL, self._handle)
+
+    async def _handle(self, stream: INetStream) -> None:
+        try:
+            with trio.fail_after(self.config.request_timeout):
+                opening = await read_open(stream)
+        except BadRequestError as exc:
+            self.bad_requests += 1
+            logger.debug("bad pieces session from %s: %s", stream.muxed_conn.peer_id, exc)
+            await self._status(stream, Status.BAD_REQUEST)
+            return
+        except trio.TooSlowError:
+            self.bad_requests += 1
+            await reset_quietly(stream)
+            return
+        self.last_request_at = trio.current_time()
+        if opening.run_id != self.store.run_id:
+            await self._status(stream, Status.NOT_FOUND)
+            return
+        if self._sessions >= self.config.max_sessions:
+            self.busy += 1
+            await self._status(stream, Status.BUSY)
+            return
+        self._sessions += 1
+        try:
+            await self._session(stream, (opening.step, opening.root))
+        finally:
+            self._sessions -= 1
+
+    async def _session(self, stream: INetStream, key: tuple[int, bytes]) -> None:
+        """Answer the fetcher's messages in turn until it closes the stream, idles, or used up its count.
+
+        Messages are read by a task of their own, so a HAVE held open for news ends as soon as the next
+        message arrives (a fetcher sends its piece request without waiting for the poll's answer)."""
+        if not await reply_within(stream, self.config.request_timeout, bytes([Status.OK]), close=False):
+            return
+        send, receive = trio.open_memory_channel[Message](1)
+        read = [0]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read_messages, stream, send, read)
+            handled = 0
+            async for message in receive:
+                handled += 1
+                self.last_request_at = trio.current_time()
+                if message.op == Kind.PIECE:
+                    if not await self._piece(stream, key, message.choices):
+                        break
+                    continue
+                if message.op == Kind.HAVE:
+                    status, body = await self._have(key, message.known, partial(_more, read, handled))
+                else:
+                    held = self._held(*key)
+                    status, body = (Status.NOT_FOUND, b"") if held is None else (
+                        Status.OK, hashes_body(held[0], held[2]))
+                timeout = self.config.serve_timeout
+                if not await reply_within(stream, timeout, bytes([status]), body, close=False):
+                    break
+            nursery.cancel_scope.cancel()
+
+    async def _read_messages(self, stream: INetStream, send: trio.MemorySendChannel[Message],
+                             read: list[int]) -> None:
+        async with send:
+            for _ in range(self.config.max_session_messages):
+                try:
+                    with trio.fail_after(self.config.session_idle):
+                        message = await read_message(stream)
+                except (ShortReadError, StreamEOF):
+                    return  # the fetcher is done with us
+                except (BadRequestError, trio.TooSlowError) as exc:
+                    self.bad_requests += 1
+                    logger.debug("pieces session from %s ended: %r", stream.muxed_conn.peer_id, exc)
+                    await reset_quietly(stream)
+                    return
+                read[0] += 1
+                self.partials.notify()  # wakes a HAVE of this session held open (and, harmlessly, others)
+                await send.send(message)
+            await reset_quietly(stream)
+
+    # --- what we hold ------------------------------------------------------------------------------------
+
+    def _held(self, step: int, root: bytes) -> tuple[int, set[int], list[bytes]] | None:
+        """(size, pieces held, piece hashes) of a payload we hold wholly or in part."""
+        whole = self.store.get(step, root)
+        if whole is not None:
+            key = (step, root)
+            hashes = self._lists.get(key)
+            if hashes is None:
+                hashes = self._lists[key] = piece_hashes(whole)
+                while len(self._lists) > _KEPT_LISTS:
+                    self._lists.popitem(last=False)
+            return len(whole), set(range(piece_count(len(whole)))), hashes
+        part = self.partials.get(step, root)
+        if part is not None:
+            return part.size, part.have, part.hashes
+        return None
+
+    def _piece_bytes(self, step: int, root: bytes, index: int) -> bytes | None:
+        whole = self.store.get(step, root)
+        if whole is not None:
+            start, length = piece_span(len(whole), index)
+            return whole[start : start + length]
+        part = self.partials.get(step, root)
+        return None if part is None else part.piece(index)
+
+    # --- the three requests -------------------------------------------------------------------------------
+
+    async def _have(self, key: tuple[int, bytes], known: int, next_message: Callable[[], bool]
+                    ) -> tuple[Status, bytes]:
+        """Our have-map once we hold more than ``known`` pieces, or what we hold after ``have_wait`` or
+        when the fetcher's next message arrives."""
+        held = self._held(*key)
+        with trio.move_on_after(self.config.have_wait):
+            while (held is None or len(held[1]) <= known) and not next_message():
+                await self.partials.wait_changed()
+                held = self._held(*key)
+        if held is None:
+            return Status.NOT_FOUND, b""
+        size, have, _ = held
+        count = piece_count(size)
+        return Status.OK, HAVE_HEADER.pack(min(self.uploads_in_progress, 0xFFFF), count) + encode_bitfield(
+            count, have)
+
+    async def _piece(self, stream: INetStream, key: tuple[int, bytes], choices: tuple[int, ...]) -> bool:
+        """Answer a PIECE message; False when the stream is no longer usable."""
+        held = self._held(*key)
+        started = self._started.setdefault(key, {})
+        while len(self._started) > _KEPT_LISTS:
+            self._started.popitem(last=False)
+        got = Decline.NOT_HELD if held is None else pick_to_serve(
+            choices, held[1], started, uploading=self.uploads_in_progress, slots=self.config.upload_slots)
+        data = None if isinstance(got, Decline) else self._piece_bytes(*key, got)
+        if isinstance(got, Decline) or data is None:
+            if got is Decline.BUSY:
+                self.busy += 1
+            status = Status.BUSY if got is Decline.BUSY else Status.NOT_FOUND
+            return await reply_within(stream, self.config.request_timeout, bytes([status]), close=False)
+        started[got] = started.get(got, 0) + 1
+        self.uploads_in_progress += 1
+        try:
+            ok = await reply_within(stream, self.config.serve_timeout,
+                                    bytes([Status.OK]) + PIECE_HEADER.pack(got, len(data)), data, close=False)
+            if ok:
+                self.pieces_served += 1
+                self.uploaded_bytes += len(data)
+                if self._on_upload is not None:
+                    self._on_upload(len(data))
+            return ok
+        finally:
+            self.uploads_in_progress -= 1
+
+    async def _status(self, stream: INetStream, status: Status) -> None:
+        await reply_within(stream, self.config.request_timeout, bytes([status]))
+
+
+def _more(read: list[int], handled: int) -> bool:
+    """Whether the session's reader took in a message after the one being handled."""
+    return read[0] > handled

@@ -1,0 +1,200 @@
+"""Wire format and settings of ``/distro/pieces/1.0.0``: a session per (fetcher, holder, payload).
+
+Why sessions: opening a py-libp2p stream costs ~8 ms of CPU on each side (multistream-select, yamux), and
+a stream per piece made a swarm fetch of one 1.45 MB payload by 3 peers cost 8x the CPU of a whole-payload
+pull. One stream carries every request of one fetcher to one holder for one payload, strictly alternating:
+  open    = version:u8 (=1) | run_id_len:u8 (1..64) | run_id | step:u64 | root:32
+  answer  = status:u8                      OK, or NOT_FOUND (another run), BUSY (too many sessions)
+  then, repeated:
+  message = op:u8, then
+    HAVE    known:u32        answered once the holder holds more than ``known`` pieces, or after
+                             ``have_wait`` with what it has (NOT_FOUND while it has nothing)
+    HASHES  (nothing)        the size and piece-hash list, which the fetcher checks against the root
+    PIECE   n:u8 (1..16) | n x index:u32     "any one of these": the holder picks (pick_to_serve)
+  reply   = status:u8, then if OK:
+    HAVE    uploads:u16 | count:u32 | bitfield[ceil(count / 8)]   (bit i: byte i // 8, high bit first)
+    HASHES  size:u64 | count:u32 | count x 32 bytes   (the size is bound by the root: an inclusion list
+                                                     names a payload by root alone)
+    PIECE   index:u32 | length:u32 | body[length]
+
+Lengths and counts are checked against what the fetcher already knows from the signed announcement (the
+payload size gives the piece count and every piece's length) before any buffer exists.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from libp2p.custom_types import TProtocol
+
+from .errors import BadRequestError
+from .pieces import PIECE_HASH_BYTES
+from .store import DIGEST_BYTES
+from .swarm_schedule import ScheduleConfig
+from .wire import ByteReader, ShortReadError, read_exactly
+
+PIECES_PROTOCOL = TProtocol("/distro/pieces/1.0.0")
+VERSION = 1
+MAX_RUN_ID_BYTES = 64
+MAX_CHOICES = 16
+U8 = struct.Struct(">B")
+U16 = struct.Struct(">H")
+U32 = struct.Struct(">I")
+_STEP = struct.Struct(">Q")
+PIECE_HEADER = struct.Struct(">II")
+HAVE_HEADER = struct.Struct(">HI")
+
+
+class Kind(IntEnum):  # a message's op
+    HAVE = 1
+    HASHES = 2
+    PIECE = 3
+
+
+class Status(IntEnum):
+    OK = 0
+    NOT_FOUND = 1
+    BAD_REQUEST = 2
+    BUSY = 3
+
+
+@dataclass(frozen=True)
+class PiecesConfig:
+    # The per-payload memory bound, as TransferConfig's (the daemon passes one cap to both).
+    max_payload_bytes: int = 16 * 1024 * 1024
+    # One piece request, dial included. 128 KiB at 2 Mbit/s takes 0.5 s, shared by a few fetchers.
+    piece_timeout: float = 20.0
+    # How long a holder holds a HAVE message waiting for a new piece before it answers with what it has.
+    have_wait: float = 2.0
+    # The whole fetch of one payload.
+    fetch_timeout: float = 60.0
+    # How long the server waits for a session's opening bytes (slow-loris bound).
+    request_timeout: float = 10.0
+    # How long a session may sit without a message (the fetcher is busy with other holders meanwhile).
+    session_idle: float = 60.0
+    # Messages one session may carry (a payload has at most a few hundred pieces).
+    max_session_messages: int = 4096
+    # How long the server spends writing one reply before giving up on a stalled reader.
+    serve_timeout: float = 60.0
+    # Piece uploads at once, over every payload and fetcher; beyond it the answer is BUSY. Few, so each
+    # piece leaves fast and its receiver can pass it on (the flow model in tests/protocol/
+    # test_swarm_schedule.py: a slow origin took 6.4 s with 2 slots, 7.4 s with 4, 8.0 s with 8; bound 5.8 s).
+    upload_slots: int = 2
+    # Sessions open at once, over every payload and fetcher; beyond it a new one is answered BUSY.
+    max_sessions: int = 256
+    # A holder that timed out or reset this many times is dropped for the rest of the fetch.
+    max_losses: int = 3
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+
+    def __post_init__(self) -> None:
+        if min(self.max_payload_bytes, self.upload_slots, self.max_sessions, self.max_losses,
+               self.max_session_messages) < 1:
+            raise ValueError("PiecesConfig sizes and counts must be >= 1")
+        if self.schedule.choices > MAX_CHOICES:
+            raise ValueError(f"PiecesConfig.schedule.choices must be <= {MAX_CHOICES} (the wire's cap)")
+        for name in ("piece_timeout", "have_wait", "fetch_timeout", "request_timeout", "session_idle",
+                     "serve_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"PiecesConfig.{name} must be > 0")
+
+
+@dataclass(frozen=True)
+class SessionOpen:
+    run_id: bytes
+    step: int
+    root: bytes
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.run_id) <= MAX_RUN_ID_BYTES:
+            raise BadRequestError(f"run_id must be 1..{MAX_RUN_ID_BYTES} bytes, got {len(self.run_id)}")
+        if isinstance(self.step, bool) or not isinstance(self.step, int) or not 0 <= self.step < 2**64:
+            raise BadRequestError(f"step must be an int in [0, 2^64), got {self.step!r}")
+        if len(self.root) != DIGEST_BYTES:
+            raise BadRequestError(f"root must be {DIGEST_BYTES} bytes, got {len(self.root)}")
+
+    def encode(self) -> bytes:
+        return bytes([VERSION, len(self.run_id)]) + self.run_id + _STEP.pack(self.step) + self.root
+
+
+@dataclass(frozen=True)
+class Message:
+    op: Kind
+    known: int = 0  # HAVE
+    choices: tuple[int, ...] = ()  # PIECE
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.known < 2**32:
+            raise BadRequestError(f"known count {self.known} out of range")
+        if self.op == Kind.PIECE and not 1 <= len(self.choices) <= MAX_CHOICES:
+            raise BadRequestError(f"a piece request names 1..{MAX_CHOICES} pieces, got {len(self.choices)}")
+        if any(not 0 <= i < 2**32 for i in self.choices):
+            raise BadRequestError("piece index out of range")
+
+    def encode(self) -> bytes:
+        if self.op == Kind.HAVE:
+            return bytes([self.op]) + U32.pack(self.known)
+        if self.op == Kind.PIECE:
+            return bytes([self.op, len(self.choices)]) + b"".join(U32.pack(i) for i in self.choices)
+        return bytes([self.op])
+
+
+async def read_open(stream: ByteReader) -> SessionOpen:
+    """Parse a session's opening field by field: never more than 107 bytes, whatever the sender claims."""
+    try:
+        version, run_id_len = await read_exactly(stream, 2)
+        if version != VERSION:
+            raise BadRequestError(f"unsupported version {version}")
+        if not 1 <= run_id_len <= MAX_RUN_ID_BYTES:
+            raise BadRequestError(f"run_id length {run_id_len} out of range")
+        rest = await read_exactly(stream, run_id_len + _STEP.size + DIGEST_BYTES)
+    except ShortReadError as exc:
+        raise BadRequestError(f"truncated session opening: {exc}") from exc
+    (step,) = _STEP.unpack_from(rest, run_id_len)
+    return SessionOpen(rest[:run_id_len], step, rest[run_id_len + _STEP.size :])
+
+
+async def read_message(stream: ByteReader) -> Message:
+    """The next message of a session (ShortReadError when the fetcher closed it)."""
+    (op,) = await read_exactly(stream, 1)
+    if op not in Kind._value2member_map_:
+        raise BadRequestError(f"unknown op {op}")
+    try:
+        if op == Kind.HAVE:
+            (known,) = U32.unpack(await read_exactly(stream, U32.size))
+            return Message(Kind.HAVE, known=known)
+        if op == Kind.PIECE:
+            (n,) = await read_exactly(stream, 1)
+            if not 1 <= n <= MAX_CHOICES:
+                raise BadRequestError(f"a piece request names 1..{MAX_CHOICES} pieces, got {n}")
+            raw = await read_exactly(stream, n * U32.size)
+            return Message(Kind.PIECE, choices=tuple(U32.unpack_from(raw, k * U32.size)[0] for k in range(n)))
+    except ShortReadError as exc:
+        raise BadRequestError(f"truncated message: {exc}") from exc
+    return Message(Kind.HASHES)
+
+
+def encode_bitfield(count: int, have: Iterable[int]) -> bytes:
+    out = bytearray((count + 7) // 8)
+    for i in have:
+        if 0 <= i < count:
+            out[i // 8] |= 0x80 >> (i % 8)
+    return bytes(out)
+
+
+def decode_bitfield(count: int, raw: bytes) -> set[int]:
+    """Indices set in ``raw``; bits past ``count`` are ignored (the length was checked by the caller)."""
+    return {i for i in range(count) if raw[i // 8] & (0x80 >> (i % 8))}
+
+
+HASHES_HEADER = struct.Struct(">QI")
+
+
+def hashes_body(size: int, hashes: list[bytes]) -> bytes:
+    return HASHES_HEADER.pack(size, len(hashes)) + b"".join(hashes)
+
+
+def split_hashes(raw: bytes, count: int) -> list[bytes]:
+    return [raw[k * PIECE_HASH_BYTES : (k + 1) * PIECE_HASH_BYTES] for k in range(count)]

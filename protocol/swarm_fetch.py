@@ -1,0 +1,417 @@
+"""Fetching one payload in pieces from every holder at once: the trio side of protocol/swarm_schedule.py.
+
+The scheduler decides; this module talks. Each holder gets one session (protocol/pieces_wire.py): it
+carries the piece requests the scheduler assigns to that holder and, while there is nothing to ask it for,
+a HAVE long poll, so news of a piece it just got arrives at once. The piece-hash list comes first, from the
+first holder that has it, and is checked against the root the caller got from the signed announcement;
+every piece is then checked against it on arrival and kept in ``partials`` at once, so this peer serves it
+to the others while it still fetches the rest. A holder whose bytes do not verify, or who sends a piece it
+was not asked for, is dropped for the rest of the fetch and named in the error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.network.stream.exceptions import StreamEOF
+from libp2p.peer.id import ID
+
+from .errors import (
+    FetchFailedError,
+    HashMismatchError,
+    MalformedReplyError,
+    PayloadNotFoundError,
+    PayloadTooLargeError,
+    RemoteBusyError,
+    StoreError,
+    TransferError,
+    TransportError,
+)
+from .host import P2PHost
+from .partials import PartialPayload, PartialPayloads
+from .pieces import PIECE_HASH_BYTES, piece_count, piece_hash, piece_span, root_of
+from .pieces_wire import (
+    HASHES_HEADER,
+    HAVE_HEADER,
+    PIECE_HEADER,
+    PIECES_PROTOCOL,
+    Kind,
+    Message,
+    PiecesConfig,
+    SessionOpen,
+    Status,
+    decode_bitfield,
+    split_hashes,
+)
+from .rpc import client_stream
+from .store import PayloadStore
+from .swarm_schedule import ALL, Failure, PieceScheduler, Request
+from .wire import ShortReadError, read_exactly
+
+logger = logging.getLogger(__name__)
+
+ConnClass = Callable[[ID], int]
+
+
+def all_direct(_: ID) -> int:
+    """The default connection class: every holder is a direct connection (class 0)."""
+    return 0
+
+
+@dataclass
+class FetchStats:
+    """What one fetch moved: piece bytes read (every verified or rejected piece), by holder too.
+    ``downloaded / size`` is the fetch amplification."""
+
+    downloaded: int = 0
+    by_holder: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SwarmRequest:
+    run_id: bytes
+    step: int
+    root: bytes
+    size: int | None  # from the announcement; None when only a list names the payload (the root binds it)
+
+
+async def fetch_swarm(host: P2PHost, request: SwarmRequest, holders: Sequence[ID], *, store: PayloadStore,
+                      partials: PartialPayloads, complete: Sequence[ID] = (),
+                      config: PiecesConfig | None = None, conn_class: ConnClass = all_direct,
+                      stats: FetchStats | None = None) -> bytes:
+    """The payload, from ``store`` or fetched from ``holders`` (``complete`` ones are known to hold all of
+    it: its author, the leader that listed it) and kept in ``store``. Raises FetchFailedError naming each
+    holder's error when no complete copy could be put together within ``fetch_timeout``."""
+    cfg = config or PiecesConfig()
+    cached = store.get(request.step, request.root)
+    if cached is not None:
+        return cached
+    if request.size is not None and not 0 <= request.size <= cfg.max_payload_bytes:
+        raise PayloadTooLargeError(f"announced size {request.size} is outside 0..{cfg.max_payload_bytes}")
+    run = _Fetch(host, request, cfg, partials, conn_class, stats or FetchStats())
+    # A one-piece payload gains nothing from partial holders: its complete holders alone, one session each.
+    single = request.size is not None and piece_count(request.size) == 1
+    order = list(dict.fromkeys(h for h in [*complete, *(() if single else holders)] if h != host.peer_id))
+    with trio.move_on_after(cfg.fetch_timeout):
+        await run.run(order, set(complete))
+    data = run.result()
+    if data is None:
+        raise FetchFailedError(request.root, run.errors)
+    try:
+        store.put_verified(request.step, request.root, data)
+    except StoreError as exc:
+        logger.debug("fetched payload not kept for serving: %s", exc)
+    finally:
+        partials.close(request.step, request.root)
+    return data
+
+
+class _Lost(Exception):
+    """The current request was cancelled as overdue: the session's stream is mid-reply and must go."""
+
+
+@dataclass
+class _Lane:
+    """One holder's session as the fetch sees it: the request waiting to go out on it, and a wake-up."""
+
+    holder: ID
+    complete: bool  # known to hold the whole payload (the round machine's sources)
+    pending: Request | None = None
+    current: Request | None = None
+    scope: trio.CancelScope | None = None
+    work: trio.Event = field(default_factory=trio.Event)
+    known: int = 0  # pieces its last have-map listed
+    over: bool = False  # its session ended for good
+
+
+class _Fetch:
+    def __init__(self, host: P2PHost, request: SwarmRequest, cfg: PiecesConfig, partials: PartialPayloads,
+                 conn_class: ConnClass, stats: FetchStats) -> None:
+        self.host, self.request, self.cfg, self.partials = host, request, cfg, partials
+        self.conn_class, self.stats = conn_class, stats
+        self.errors: list[tuple[str, TransportError]] = []
+        self.lanes: dict[str, _Lane] = {}
+        self.sched: PieceScheduler | None = None
+        self.part: PartialPayload | None = None
+        self.size = 0
+        self.count = 0
+        self._by_root = False  # a one-piece payload: its piece is checked against the root itself
+        self._listing = trio.Lock()
+        self._listed = trio.Event()
+        self._changed = trio.Event()
+        self._done = False
+
+    def result(self) -> bytes | None:
+        if self.part is not None and self.sched is not None and self.sched.complete:
+            return self.part.assemble()
+        if self.part is not None:
+            self.partials.close(self.request.step, self.request.root)
+        return None
+
+    def poke(self) -> None:
+        self._changed.set()
+
+    async def run(self, order: list[ID], complete: set[ID]) -> None:
+        async with trio.open_nursery() as nursery:
+            for h in order:
+                self.lanes[str(h)] = lane = _Lane(h, h in complete)
+                nursery.start_soon(self._session, lane)
+            while self.sched is None and not all(lane.over for lane in self.lanes.values()):
+                self._changed = trio.Event()
+                with trio.move_on_after(self.cfg.schedule.backoff):
+                    await self._changed.wait()
+            if self.sched is not None:
+                await self._drive()
+            self._done = True
+            nursery.cancel_scope.cancel()
+
+    async def _drive(self) -> None:
+        sched = self.sched
+        if sched is None:
+            return
+        while not sched.complete:
+            now = trio.current_time()
+            for rid in sched.overdue(now):
+                for lane in self.lanes.values():
+                    if lane.current is not None and lane.current.id == rid and lane.scope is not None:
+                        lane.scope.cancel()
+            for req in sched.next_requests(now):
+                lane = self.lanes[req.holder]
+                lane.pending = req
+                lane.work.set()
+            if all(lane.over for lane in self.lanes.values()):
+                return  # nobody left to ask
+            self._changed = trio.Event()
+            with trio.move_on_after(self.cfg.schedule.backoff):
+                await self._changed.wait()
+
+    # --- one holder's session ------------------------------------------------------------------------------
+
+    async def _session(self, lane: _Lane) -> None:
+        peer = str(lane.holder)
+        losses = 0
+        try:
+            while losses < self.cfg.max_losses and not self._done:
+                try:
+                    await self._converse(lane)
+                    return
+                except _Lost:
+                    losses += 1
+                    self._fail_current(lane, Failure.LOST)
+                except RemoteBusyError:
+                    if lane.current is None:
+                        return  # too many sessions there: it stays out of this fetch, no fault of its own
+                    losses += 1
+                    self._fail_current(lane, Failure.LOST)
+                except (HashMismatchError, MalformedReplyError, PayloadTooLargeError) as exc:
+                    if isinstance(exc.__cause__, (ShortReadError, StreamEOF)):  # a cut stream, not a lie
+                        losses += 1
+                        self._fail_current(lane, Failure.LOST)
+                        if losses >= self.cfg.max_losses:
+                            self._failed(peer, exc)
+                        await trio.sleep(self.cfg.schedule.backoff)
+                        continue
+                    self._failed(peer, exc)
+                    self._fail_current(lane, Failure.LYING)
+                    return
+                except PayloadNotFoundError as exc:  # it claimed (or was said) to hold what it does not
+                    self._failed(peer, exc)
+                    self._fail_current(lane, Failure.GONE)
+                    return
+                except TransportError as exc:
+                    losses += 1
+                    self._fail_current(lane, Failure.LOST)
+                    if losses >= self.cfg.max_losses:
+                        self._failed(peer, exc)
+                await trio.sleep(self.cfg.schedule.backoff)
+        finally:
+            lane.over = True
+            if self.sched is not None:
+                self.sched.holder_failed(peer)
+            self.poke()
+
+    def _fail_current(self, lane: _Lane, why: Failure) -> None:
+        req = lane.current or lane.pending
+        lane.current = lane.pending = None
+        if self.sched is not None:
+            if req is not None:
+                self.sched.request_failed(req.id, trio.current_time(), why)
+            if why is Failure.LYING:
+                self.sched.holder_failed(str(lane.holder))
+        self.poke()
+
+    def _failed(self, peer: str, exc: TransportError) -> None:
+        logger.debug("swarm fetch of %s: %s failed: %r", self.request.root.hex()[:16], peer, exc)
+        self.errors.append((peer, exc))
+
+    async def _converse(self, lane: _Lane) -> None:
+        peer, complete = str(lane.holder), lane.complete
+        opening = SessionOpen(self.request.run_id, self.request.step, self.request.root)
+        async with client_stream(self.host, lane.holder, PIECES_PROTOCOL, timeout=self.cfg.fetch_timeout,
+                                 what="pieces session") as stream:
+            await stream.write(opening.encode())
+            await _expect_ok(stream, peer)
+            while self.sched is None:
+                # The complete holders list first; a partial one only once none of them could.
+                if complete or all(x.over for x in self.lanes.values() if x.complete):
+                    if not await self._list(stream, peer):
+                        if complete:
+                            raise PayloadNotFoundError("a source does not hold the payload", peer)
+                        await trio.sleep(self.cfg.have_wait)  # it has nothing yet
+                else:
+                    with trio.move_on_after(self.cfg.have_wait):
+                        await self._listed.wait()
+            if complete:
+                self.sched.holder_has(peer, ALL, conn_class=self.conn_class(lane.holder))
+                self.poke()
+            while not self.sched.complete:
+                req, lane.pending = lane.pending, None
+                if req is not None:
+                    lane.current = req
+                    await self._piece(stream, peer, lane, req)
+                    lane.current = None
+                elif complete or lane.known >= self.count:
+                    lane.work = trio.Event()
+                    await lane.work.wait()
+                else:
+                    early = await self._have(stream, peer, lane)
+                    if early is not None:
+                        lane.current = early
+                        await self._piece(stream, peer, lane, early, sent=True)
+                        lane.current = None
+
+    async def _list(self, stream: INetStream, peer: str) -> bool:
+        """Ask this holder for the piece-hash list unless another session already got it; False when it
+        does not have it."""
+        async with self._listing:
+            if self.sched is not None:
+                return True
+            if self.request.size is not None and piece_count(self.request.size) == 1:
+                self._start(self.request.size, [b""], register=False)  # one piece: checked against the root
+                return True
+            await stream.write(Message(Kind.HASHES).encode())
+            (status,) = await read_exactly(stream, 1)
+            if status == Status.NOT_FOUND:
+                return False
+            if status != Status.OK:
+                raise _status_error(status, peer)
+            size, count = HASHES_HEADER.unpack(await read_exactly(stream, HASHES_HEADER.size))
+            if not 0 <= size <= self.cfg.max_payload_bytes:
+                cap = self.cfg.max_payload_bytes
+                raise PayloadTooLargeError(f"list for {size} bytes, cap is {cap}", peer)
+            if self.request.size is not None and size != self.request.size:
+                raise MalformedReplyError(f"list for {size} bytes, announced {self.request.size}", peer)
+            if count != piece_count(size):
+                raise MalformedReplyError(f"{count} piece hashes for {size} bytes", peer)
+            hashes = split_hashes(await read_exactly(stream, count * PIECE_HASH_BYTES), count)
+            if root_of(size, hashes) != self.request.root:
+                raise HashMismatchError("piece-hash list does not match the root", peer)
+            self._start(size, hashes, register=True)
+            return True
+
+    def _start(self, size: int, hashes: list[bytes], *, register: bool) -> None:
+        self.size, self.count = size, piece_count(size)
+        step, root = self.request.step, self.request.root
+        self.part = (self.partials.get(step, root) or self.partials.open(step, root, size, hashes)
+                     if register else PartialPayload(size, hashes))
+        self.sched = PieceScheduler(size, have=self.part.have, config=self.cfg.schedule,
+                                    order_key=self.host.peer_id.to_bytes() + root)
+        self._by_root = not register
+        self._listed.set()
+
+    async def _have(self, stream: INetStream, peer: str, lane: _Lane) -> Request | None:
+        """A HAVE long poll; a piece request assigned meanwhile goes out at once (the holder then ends the
+        poll) and is returned, its reply following the poll's."""
+        await stream.write(Message(Kind.HAVE, known=lane.known).encode())
+        sent: list[Request] = []
+        lane.work = trio.Event()
+
+        async def send_assigned() -> None:
+            await lane.work.wait()
+            req, lane.pending = lane.pending, None
+            if req is not None:
+                sent.append(req)
+                with trio.CancelScope(shield=True):  # never half a message on the stream
+                    await stream.write(Message(Kind.PIECE, choices=req.candidates).encode())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send_assigned)
+            await self._have_reply(stream, peer, lane)
+            nursery.cancel_scope.cancel()
+        return sent[0] if sent else None
+
+    async def _have_reply(self, stream: INetStream, peer: str, lane: _Lane) -> None:
+        with trio.fail_after(self.cfg.have_wait + self.cfg.piece_timeout):
+            (status,) = await read_exactly(stream, 1)
+            if status == Status.NOT_FOUND:
+                return  # nothing yet; ask again
+            if status != Status.OK:
+                raise _status_error(status, peer)
+            uploads, count = HAVE_HEADER.unpack(await read_exactly(stream, HAVE_HEADER.size))
+            if count != self.count:
+                raise MalformedReplyError(f"have-map of {count} pieces for a payload of {self.count}", peer)
+            have = decode_bitfield(count, await read_exactly(stream, (count + 7) // 8))
+        lane.known = len(have)
+        if self.sched is not None:
+            self.sched.holder_has(peer, have, conn_class=self.conn_class(lane.holder), uploads=uploads)
+        self.poke()
+
+    async def _piece(self, stream: INetStream, peer: str, lane: _Lane, req: Request, *,
+                     sent: bool = False) -> None:
+        sched, part = self.sched, self.part
+        if sched is None or part is None:
+            return
+        lane.scope = trio.CancelScope()
+        with lane.scope:
+            if not sent:
+                await stream.write(Message(Kind.PIECE, choices=req.candidates).encode())
+            with trio.fail_after(self.cfg.piece_timeout):
+                (status,) = await read_exactly(stream, 1)
+                if status == Status.BUSY:
+                    sched.request_failed(req.id, trio.current_time(), Failure.BUSY)
+                    self.poke()
+                    return
+                if status != Status.OK:
+                    raise _status_error(status, peer)
+                index, length = PIECE_HEADER.unpack(await read_exactly(stream, PIECE_HEADER.size))
+                if not sched.piece_started(req.id, index, trio.current_time()):
+                    raise MalformedReplyError(f"sent piece {index}, not one of {list(req.candidates)}", peer)
+                want = piece_span(self.size, index)[1]
+                if length != want:
+                    raise MalformedReplyError(f"piece {index} of {length} bytes, expected {want}", peer)
+                data = await read_exactly(stream, length)
+        if lane.scope.cancelled_caught:
+            raise _Lost()
+        self.stats.downloaded += len(data)
+        self.stats.by_holder[peer] = self.stats.by_holder.get(peer, 0) + len(data)
+        digest = piece_hash(data)
+        if self._by_root:
+            ok = root_of(self.size, [digest]) == self.request.root
+        else:
+            ok = digest == part.hashes[index]
+        if not ok:
+            raise HashMismatchError(f"piece {index} does not match its hash", peer)
+        part.put(index, data)
+        sched.piece_done(req.id, trio.current_time())
+        self.partials.notify()
+        self.poke()
+
+
+async def _expect_ok(stream: INetStream, peer: str) -> None:
+    (status,) = await read_exactly(stream, 1)
+    if status != Status.OK:
+        raise _status_error(status, peer)
+
+
+def _status_error(status: int, peer: str) -> TransferError:
+    if status == Status.NOT_FOUND:
+        return PayloadNotFoundError("holder does not have the payload or piece", peer)
+    if status == Status.BUSY:
+        return RemoteBusyError("holder is at its session limit", peer)
+    if status == Status.BAD_REQUEST:
+        return MalformedReplyError("holder rejected our request as malformed", peer)
+    return MalformedReplyError(f"unknown status byte {status}", peer)

@@ -1,0 +1,209 @@
+"""The piece protocol on real loopback hosts: a swarm fetch, partial holders, lying and oversized holders."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+from distro_node.protocol.errors import (
+    FetchFailedError,
+    HashMismatchError,
+    MalformedReplyError,
+    PayloadTooLargeError,
+)
+from distro_node.protocol.host import P2PHost
+from distro_node.protocol.partials import PartialPayloads
+from distro_node.protocol.pieces import PIECE_BYTES, piece_count, piece_hashes, piece_span
+from distro_node.protocol.pieces_serve import PiecesServer
+from distro_node.protocol.pieces_wire import (
+    PIECES_PROTOCOL,
+    Kind,
+    Message,
+    PiecesConfig,
+    SessionOpen,
+    Status,
+    read_message,
+    read_open,
+)
+from distro_node.protocol.store import PayloadStore
+from distro_node.protocol.swarm_fetch import FetchStats, SwarmRequest, fetch_swarm
+from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
+from libp2p.abc import INetStream
+
+RUN = bytes.fromhex("ab" * 32)
+SIZE = 10 * PIECE_BYTES + 123
+CFG = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=0.5)
+
+
+@asynccontextmanager
+async def swarm(count: int) -> AsyncIterator[tuple[list[P2PHost], list[PiecesServer]]]:
+    async with start_hosts(count) as hosts:
+        servers = [PiecesServer(h, PayloadStore(RUN), PartialPayloads(), CFG) for h in hosts]
+        for s in servers:
+            s.install()
+        with trio.fail_after(WAIT):
+            await connect_all_to(hosts, hosts[0])
+        yield hosts, servers
+
+
+async def fetch(host: P2PHost, server: PiecesServer, step: int, root: bytes, size: int | None,
+                holders: list[P2PHost], complete: list[P2PHost], stats: FetchStats | None = None) -> bytes:
+    return await fetch_swarm(host, SwarmRequest(RUN, step, root, size), [h.peer_id for h in holders],
+                             store=server.store, partials=server.partials,
+                             complete=[h.peer_id for h in complete], config=CFG, stats=stats)
+
+
+@pytest.mark.network
+def test_four_peers_fetch_one_payload_each_byte_once() -> None:
+    async def body() -> None:
+        async with swarm(4) as (hosts, servers):
+            data = os.urandom(SIZE)
+            root = servers[0].store.put(3, data)
+            stats = [FetchStats() for _ in hosts]
+            got: dict[int, bytes] = {}
+
+            async def one(i: int) -> None:
+                others = [h for h in hosts if h is not hosts[i]]
+                got[i] = await fetch(hosts[i], servers[i], 3, root, SIZE, others, [hosts[0]], stats[i])
+
+            with trio.fail_after(WAIT):
+                async with trio.open_nursery() as n:
+                    for i in (1, 2, 3):
+                        n.start_soon(one, i)
+            for i in (1, 2, 3):
+                assert got[i] == data
+                assert stats[i].downloaded == SIZE  # amplification exactly 1
+                assert servers[i].store.get(3, root) == data and len(servers[i].partials) == 0
+            assert sum(s.uploaded_bytes for s in servers) == 3 * SIZE
+
+    trio.run(body)
+
+
+@pytest.mark.network
+def test_partial_holder_serves_pieces_as_they_arrive() -> None:
+    """C's only holder is B, which has half the payload; B's later pieces reach C through the long poll."""
+
+    async def body() -> None:
+        async with swarm(2) as ((b, c), (sb, sc)):
+            data = os.urandom(SIZE)
+            hashes = piece_hashes(data)
+            root = PayloadStore(RUN).put(1, data)
+            part = sb.partials.open(1, root, SIZE, hashes)
+            count = piece_count(SIZE)
+
+            def give(i: int) -> None:
+                start, length = piece_span(SIZE, i)
+                part.put(i, data[start : start + length])
+                sb.partials.notify()
+
+            for i in range(count // 2):
+                give(i)
+            result: list[bytes] = []
+
+            async def fetcher() -> None:
+                result.append(await fetch(c, sc, 1, root, None, [b], []))
+
+            with trio.fail_after(WAIT):
+                async with trio.open_nursery() as n:
+                    n.start_soon(fetcher)
+                    while len(getattr(sc.partials.get(1, root), "have", ())) < count // 2:
+                        await sc.partials.wait_changed()  # until C took all that B had
+                    for i in range(count // 2, count):
+                        give(i)
+            assert result == [data]
+            assert sb.pieces_served == count
+
+    trio.run(body)
+
+
+class _Liar(PiecesServer):
+    """Serves the honest hash list and have-map but flips a byte of every piece."""
+
+    def _piece_bytes(self, step: int, root: bytes, index: int) -> bytes | None:
+        data = super()._piece_bytes(step, root, index)
+        return None if data is None else bytes([data[0] ^ 1]) + data[1:]
+
+
+@pytest.mark.network
+def test_corrupt_piece_is_rejected_and_its_holder_dropped() -> None:
+    async def body() -> None:
+        async with start_hosts(3) as (liar_host, honest_host, me):
+            data = os.urandom(SIZE)
+            liar = _Liar(liar_host, PayloadStore(RUN), PartialPayloads(), CFG)
+            honest = PiecesServer(honest_host, PayloadStore(RUN), PartialPayloads(), CFG)
+            mine = PiecesServer(me, PayloadStore(RUN), PartialPayloads(), CFG)
+            root = liar.store.put(2, data)
+            honest.store.put(2, data)
+            for s in (liar, honest, mine):
+                s.install()
+            with trio.fail_after(WAIT):
+                await connect_all_to([liar_host, honest_host, me], me)
+                # The liar is known complete from the start (asked first); the honest one is found by HAVE.
+                got = await fetch(me, mine, 2, root, SIZE, [honest_host], [liar_host])
+            assert got == data
+            # Dropped at the first bad piece: no more than the requests already in flight then.
+            assert 1 <= liar.pieces_served <= CFG.schedule.max_in_flight
+            assert mine.store.get(2, root) == data
+
+    trio.run(body)
+
+
+def _install_raw(host: P2PHost, reply: bytes) -> None:
+    async def handler(stream: INetStream) -> None:
+        await read_open(stream)
+        await stream.write(bytes([Status.OK]))
+        await read_message(stream)
+        await stream.write(reply)
+        await stream.close()
+
+    host.set_handler(PIECES_PROTOCOL, handler)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("reply, error", [
+    (bytes([Status.OK]) + struct.pack(">QI", 2 * 1024**3, 16384), PayloadTooLargeError),  # 2 GiB list
+    (bytes([Status.OK]) + struct.pack(">QI", SIZE, 2**32 - 1), MalformedReplyError),  # count off the size
+    (bytes([Status.OK]) + struct.pack(">QI", SIZE, 11) + bytes(11 * 32), HashMismatchError),  # wrong list
+], ids=["2GiB-list", "count-off-size", "list-off-root"])
+def test_oversized_or_false_piece_lists_are_refused(reply: bytes, error: type[Exception]) -> None:
+    async def body() -> None:
+        async with start_hosts(2) as (evil, me):
+            _install_raw(evil, reply)
+            mine = PiecesServer(me, PayloadStore(RUN), PartialPayloads(), CFG)
+            root = PayloadStore(RUN).put(1, os.urandom(SIZE))
+            with trio.fail_after(WAIT):
+                await connect_all_to([evil, me], me)
+                with pytest.raises(FetchFailedError) as info:
+                    await fetch(me, mine, 1, root, None, [], [evil])
+            assert [type(e) for _, e in info.value.attempts] == [error]
+            assert len(mine.partials) == 0
+
+    trio.run(body)
+
+
+@pytest.mark.network
+def test_server_answers_malformed_and_unknown_requests_with_a_status() -> None:
+    async def body() -> None:
+        async with swarm(2) as ((a, b), _):
+            root = bytes(32)
+            with trio.fail_after(WAIT):
+                stream = await b.open_stream(a.peer_id, PIECES_PROTOCOL)
+                await stream.write(bytes([9, 32]) + RUN + bytes(8 + 32))  # bad version
+                assert await stream.read(1) == bytes([Status.BAD_REQUEST])
+                stream = await b.open_stream(a.peer_id, PIECES_PROTOCOL)
+                await stream.write(SessionOpen(RUN, 1, root).encode())
+                assert await stream.read(1) == bytes([Status.OK])
+                await stream.write(Message(Kind.PIECE, choices=(0,)).encode())
+                assert await stream.read(1) == bytes([Status.NOT_FOUND])
+                await stream.write(Message(Kind.HASHES).encode())
+                assert await stream.read(1) == bytes([Status.NOT_FOUND])  # the session goes on
+                await stream.write(bytes([77]))  # an unknown op ends it
+                with pytest.raises(Exception):  # noqa: B017 (reset or EOF, whichever py-libp2p raises)
+                    assert await stream.read(1) == b""
+                    await stream.read(1)
+
+    trio.run(body)
