@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 
 import trio
 from distro_node.compression.errors import PayloadError
+from distro_node.protocol.circuits import Kind
 from distro_node.protocol.consensus import FetchPayload
 from distro_node.protocol.errors import FetchFailedError, PayloadNotFoundError, TransportError
 from distro_node.protocol.host import P2PHost
@@ -33,6 +35,16 @@ class FetchResult(enum.Enum):
     INVALID = "invalid"  # delivered but failed validation
     FAILED = "failed"  # no holder delivered
     DENIED = "denied"  # no holder delivered, and the author said it does not hold its own payload
+
+
+_PATH_RANK = {Kind.DIRECT: 0, Kind.RELAYED: 1, Kind.NONE: 2}
+
+
+def by_path(holders: list[ID], kind: Callable[[ID], Kind]) -> list[ID]:
+    """Holders over a direct connection first, then relayed ones, then those we hold no connection to (a
+    dial that may time out), each group in the given order: a payload crosses a relay only when no direct
+    holder has it, and a NAT'd origin behind a relay is asked after a public peer that already fetched it."""
+    return sorted(holders, key=lambda h: _PATH_RANK[kind(h)])
 
 
 class Fetcher:
@@ -83,10 +95,11 @@ class Fetcher:
     async def _fetch_once(self, a: FetchPayload, key: PayloadKey) -> FetchResult:
         preferred = [ID.from_base58(s) for s in a.sources]
         others = sorted(self._host.member_peers() - set(preferred), key=str)
+        holders = by_path([*preferred, *others], self._host.connection_kind)
         cached = self._store.get(a.step, a.payload_hash)
         try:
             data = cached if cached is not None else await fetch_payload(
-                self._host, PayloadRequest(self._run_id, a.step, a.payload_hash), [*preferred, *others],
+                self._host, PayloadRequest(self._run_id, a.step, a.payload_hash), holders,
                 store=self._store, config=self._config, expected_size=a.payload_size, spread=False)
         except TransportError as exc:
             logger.debug("fetch failed: %s", exc)
