@@ -148,12 +148,19 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     series: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
-        bound = "all included" if r["k"] == 0 else f"K = {r['k']}"
+        bound = "all included (dashed: bound x ratio)" if r["k"] == 0 else f"K = {r['k']}"
         label = f"{r['population']}, {bound}"
         series.setdefault(label, []).append((r["peers"], r["seconds"]))
+    extrapolated = {(r["population"], r["peers"]) for r in rows if r.get("extrapolated")}
     for label, points in series.items():
-        xs, ys = zip(*sorted(points), strict=True)
-        ax.plot(xs, ys, marker="o", linewidth=1.4, label=label)
+        points.sort()
+        simulated = [p for p in points if not (label.endswith("ratio)") and (label.split(",")[0], p[0])
+                                                in extrapolated)]
+        xs, ys = zip(*simulated, strict=True)
+        line = ax.plot(xs, ys, marker="o", linewidth=1.4, label=label)[0]
+        if len(simulated) < len(points):
+            rest = points[len(simulated) - 1:]
+            ax.plot([p[0] for p in rest], [p[1] for p in rest], linestyle="--", color=line.get_color())
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("peers")
