@@ -34,11 +34,11 @@ from .errors import BadRequestError
 from .pieces import PIECE_HASH_BYTES
 from .store import DIGEST_BYTES
 from .swarm_schedule import ScheduleConfig
+from .transfer import MAX_RUN_ID_BYTES, check_address
 from .wire import ByteReader, ShortReadError, read_exactly
 
 PIECES_PROTOCOL = TProtocol("/distro/pieces/1.0.0")
 VERSION = 1
-MAX_RUN_ID_BYTES = 64
 MAX_CHOICES = 16
 U8 = struct.Struct(">B")
 U16 = struct.Struct(">H")
@@ -108,12 +108,7 @@ class SessionOpen:
     root: bytes
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.run_id) <= MAX_RUN_ID_BYTES:
-            raise BadRequestError(f"run_id must be 1..{MAX_RUN_ID_BYTES} bytes, got {len(self.run_id)}")
-        if isinstance(self.step, bool) or not isinstance(self.step, int) or not 0 <= self.step < 2**64:
-            raise BadRequestError(f"step must be an int in [0, 2^64), got {self.step!r}")
-        if len(self.root) != DIGEST_BYTES:
-            raise BadRequestError(f"root must be {DIGEST_BYTES} bytes, got {len(self.root)}")
+        check_address(self.run_id, self.step, self.root, "root")
 
     def encode(self) -> bytes:
         return bytes([VERSION, len(self.run_id)]) + self.run_id + _STEP.pack(self.step) + self.root

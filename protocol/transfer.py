@@ -74,6 +74,17 @@ class Status(IntEnum):
     BUSY = 3
 
 
+def check_address(run_id: bytes, step: int, digest: bytes, digest_name: str) -> None:
+    """A payload's address as a request names it (run, step, 32-byte digest), for every payload protocol:
+    a typed BadRequestError naming the field, before anything is sent or served."""
+    if not 1 <= len(run_id) <= MAX_RUN_ID_BYTES:
+        raise BadRequestError(f"run_id must be 1..{MAX_RUN_ID_BYTES} bytes, got {len(run_id)}")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**64:
+        raise BadRequestError(f"step must be an int in [0, 2^64), got {step!r}")
+    if len(digest) != DIGEST_BYTES:
+        raise BadRequestError(f"{digest_name} must be {DIGEST_BYTES} bytes, got {len(digest)}")
+
+
 @dataclass(frozen=True)
 class PayloadRequest:
     run_id: bytes
@@ -81,12 +92,7 @@ class PayloadRequest:
     payload_hash: bytes
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.run_id) <= MAX_RUN_ID_BYTES:
-            raise BadRequestError(f"run_id must be 1..{MAX_RUN_ID_BYTES} bytes, got {len(self.run_id)}")
-        if isinstance(self.step, bool) or not isinstance(self.step, int) or not 0 <= self.step < 2**64:
-            raise BadRequestError(f"step must be an int in [0, 2^64), got {self.step!r}")
-        if len(self.payload_hash) != DIGEST_BYTES:
-            raise BadRequestError(f"payload_hash must be {DIGEST_BYTES} bytes, got {len(self.payload_hash)}")
+        check_address(self.run_id, self.step, self.payload_hash, "payload_hash")
 
     def encode(self) -> bytes:
         return (

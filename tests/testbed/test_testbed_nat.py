@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from distro_node.node.testbed.debian import install_missing
@@ -33,16 +32,6 @@ try:
 except ConnectionRefusedError: print("refused")
 except (TimeoutError, socket.timeout): print("timeout")
 """
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
 
 
 def _listen(net: Network, i: int, procs: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:

@@ -6,7 +6,6 @@ otherwise)."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 from distro_node.node.testbed.debian import install_missing
@@ -19,16 +18,6 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(_NO_NFT is not None, reason=s
 
 PORT = 4300  # inside the test's own namespaces: nothing else listens there
 KINDS = {1: Nat("drop"), 2: Nat("reset"), 3: Nat("random"), 4: Nat("forward", PORT)}
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
 
 
 def test_the_probe_calls_every_natd_peer_private_and_the_forwarded_one_public(

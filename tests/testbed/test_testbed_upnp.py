@@ -6,7 +6,6 @@ Needs root, ip, tc, nft and miniupnpd (installed as root via node/testbed/debian
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +22,6 @@ RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-time
 
 _MISSING = install_missing(("nft",), "nftables") or install_missing(("miniupnpd",), "miniupnpd")
 pytestmark = [pytest.mark.root, pytest.mark.skipif(_MISSING is not None, reason=str(_MISSING))]
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
 
 
 def test_a_peer_behind_a_upnp_router_maps_its_port_and_is_confirmed_public(
