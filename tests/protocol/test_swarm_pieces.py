@@ -36,6 +36,7 @@ from libp2p.abc import INetStream
 
 RUN = bytes.fromhex("ab" * 32)
 SIZE = 10 * PIECE_BYTES + 123
+AMPLIFICATION = 1.05  # the most bytes a fetch may move per payload byte (issue: fetch amplification)
 CFG = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=0.5)
 
 
@@ -58,7 +59,7 @@ async def fetch(host: P2PHost, server: PiecesServer, step: int, root: bytes, siz
 
 
 @pytest.mark.network
-def test_four_peers_fetch_one_payload_each_byte_once() -> None:
+def test_four_peers_fetch_one_payload_with_amplification_at_most_1_05() -> None:
     async def body() -> None:
         async with swarm(4) as (hosts, servers):
             data = os.urandom(SIZE)
@@ -76,9 +77,11 @@ def test_four_peers_fetch_one_payload_each_byte_once() -> None:
                         n.start_soon(one, i)
             for i in (1, 2, 3):
                 assert got[i] == data
-                assert stats[i].downloaded == SIZE  # amplification exactly 1
+                # Each byte once, unless a request ran overdue on a busy machine and its piece was asked
+                # again elsewhere: the issue's bound on that is 1.05.
+                assert SIZE <= stats[i].downloaded <= AMPLIFICATION * SIZE
                 assert servers[i].store.get(3, root) == data and len(servers[i].partials) == 0
-            assert sum(s.uploaded_bytes for s in servers) == 3 * SIZE
+            assert 3 * SIZE <= sum(s.uploaded_bytes for s in servers) <= AMPLIFICATION * 3 * SIZE
 
     trio.run(body)
 
