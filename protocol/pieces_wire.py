@@ -30,11 +30,17 @@ from enum import IntEnum
 
 from libp2p.custom_types import TProtocol
 
-from .errors import BadRequestError
-from .pieces import PIECE_HASH_BYTES
+from .errors import (
+    BadRequestError,
+    HashMismatchError,
+    MalformedReplyError,
+    PayloadTooLargeError,
+    TransferError,
+)
+from .pieces import PIECE_HASH_BYTES, piece_count, root_of
 from .store import DIGEST_BYTES
 from .swarm_schedule import ScheduleConfig
-from .transfer import MAX_RUN_ID_BYTES, check_address
+from .transfer import MAX_RUN_ID_BYTES, check_address, status_error
 from .wire import ByteReader, ShortReadError, read_exactly
 
 PIECES_PROTOCOL = TProtocol("/distro/pieces/1.0.0")
@@ -193,3 +199,37 @@ def hashes_body(size: int, hashes: list[bytes]) -> bytes:
 
 def split_hashes(raw: bytes, count: int) -> list[bytes]:
     return [raw[k * PIECE_HASH_BYTES : (k + 1) * PIECE_HASH_BYTES] for k in range(count)]
+
+
+def refusal(status: int, peer: str) -> TransferError:
+    """The typed error of a reply status other than OK: the payload protocol's mapping, one for both."""
+    return status_error(status, 0, peer, "payload or piece") or MalformedReplyError(
+        f"status {status} where a refusal was expected", peer)
+
+
+async def expect_ok(stream: ByteReader, peer: str) -> None:
+    (status,) = await read_exactly(stream, 1)
+    if status != Status.OK:
+        raise refusal(status, peer)
+
+
+async def read_hash_list(stream: ByteReader, peer: str, *, cap: int, announced: int | None,
+                         root: bytes) -> tuple[int, list[bytes]] | None:
+    """A HASHES reply: the payload size and its piece hashes, checked against the cap, the announced size
+    and the root before the fetcher trusts any of it; None when the holder does not have the list."""
+    (status,) = await read_exactly(stream, 1)
+    if status == Status.NOT_FOUND:
+        return None
+    if status != Status.OK:
+        raise refusal(status, peer)
+    size, count = HASHES_HEADER.unpack(await read_exactly(stream, HASHES_HEADER.size))
+    if not 0 <= size <= cap:
+        raise PayloadTooLargeError(f"list for {size} bytes, cap is {cap}", peer)
+    if announced is not None and size != announced:
+        raise MalformedReplyError(f"list for {size} bytes, announced {announced}", peer)
+    if count != piece_count(size):
+        raise MalformedReplyError(f"{count} piece hashes for {size} bytes", peer)
+    hashes = split_hashes(await read_exactly(stream, count * PIECE_HASH_BYTES), count)
+    if root_of(size, hashes) != root:
+        raise HashMismatchError("piece-hash list does not match the root", peer)
+    return size, hashes

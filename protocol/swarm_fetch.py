@@ -28,14 +28,12 @@ from .errors import (
     PayloadTooLargeError,
     RemoteBusyError,
     StoreError,
-    TransferError,
     TransportError,
 )
 from .host import P2PHost
 from .partials import PartialPayload, PartialPayloads
-from .pieces import PIECE_HASH_BYTES, piece_count, piece_hash, piece_span, root_of
+from .pieces import piece_count, piece_hash, piece_span, root_of
 from .pieces_wire import (
-    HASHES_HEADER,
     HAVE_HEADER,
     PIECE_HEADER,
     PIECES_PROTOCOL,
@@ -45,7 +43,9 @@ from .pieces_wire import (
     SessionOpen,
     Status,
     decode_bitfield,
-    split_hashes,
+    expect_ok,
+    read_hash_list,
+    refusal,
 )
 from .rpc import client_stream
 from .store import PayloadStore
@@ -254,7 +254,7 @@ class _Fetch:
         async with client_stream(self.host, lane.holder, PIECES_PROTOCOL, timeout=self.cfg.fetch_timeout,
                                  what="pieces session") as stream:
             await stream.write(opening.encode())
-            await _expect_ok(stream, peer)
+            await expect_ok(stream, peer)
             while self.sched is None:
                 # The complete holders list first; a partial one only once none of them could.
                 if complete or all(x.over for x in self.lanes.values() if x.complete):
@@ -294,22 +294,11 @@ class _Fetch:
                 self._start(self.request.size, [b""], register=False)  # one piece: checked against the root
                 return True
             await stream.write(Message(Kind.HASHES).encode())
-            (status,) = await read_exactly(stream, 1)
-            if status == Status.NOT_FOUND:
+            listed = await read_hash_list(stream, peer, cap=self.cfg.max_payload_bytes,
+                                          announced=self.request.size, root=self.request.root)
+            if listed is None:
                 return False
-            if status != Status.OK:
-                raise _status_error(status, peer)
-            size, count = HASHES_HEADER.unpack(await read_exactly(stream, HASHES_HEADER.size))
-            if not 0 <= size <= self.cfg.max_payload_bytes:
-                cap = self.cfg.max_payload_bytes
-                raise PayloadTooLargeError(f"list for {size} bytes, cap is {cap}", peer)
-            if self.request.size is not None and size != self.request.size:
-                raise MalformedReplyError(f"list for {size} bytes, announced {self.request.size}", peer)
-            if count != piece_count(size):
-                raise MalformedReplyError(f"{count} piece hashes for {size} bytes", peer)
-            hashes = split_hashes(await read_exactly(stream, count * PIECE_HASH_BYTES), count)
-            if root_of(size, hashes) != self.request.root:
-                raise HashMismatchError("piece-hash list does not match the root", peer)
+            size, hashes = listed
             self._start(size, hashes, register=True)
             return True
 
@@ -350,7 +339,7 @@ class _Fetch:
             if status == Status.NOT_FOUND:
                 return  # nothing yet; ask again
             if status != Status.OK:
-                raise _status_error(status, peer)
+                raise refusal(status, peer)
             uploads, count = HAVE_HEADER.unpack(await read_exactly(stream, HAVE_HEADER.size))
             if count != self.count:
                 raise MalformedReplyError(f"have-map of {count} pieces for a payload of {self.count}", peer)
@@ -376,7 +365,7 @@ class _Fetch:
                     self.poke()
                     return
                 if status != Status.OK:
-                    raise _status_error(status, peer)
+                    raise refusal(status, peer)
                 index, length = PIECE_HEADER.unpack(await read_exactly(stream, PIECE_HEADER.size))
                 if not sched.piece_started(req.id, index, trio.current_time()):
                     raise MalformedReplyError(f"sent piece {index}, not one of {list(req.candidates)}", peer)
@@ -400,18 +389,3 @@ class _Fetch:
         self.partials.notify()
         self.poke()
 
-
-async def _expect_ok(stream: INetStream, peer: str) -> None:
-    (status,) = await read_exactly(stream, 1)
-    if status != Status.OK:
-        raise _status_error(status, peer)
-
-
-def _status_error(status: int, peer: str) -> TransferError:
-    if status == Status.NOT_FOUND:
-        return PayloadNotFoundError("holder does not have the payload or piece", peer)
-    if status == Status.BUSY:
-        return RemoteBusyError("holder is at its session limit", peer)
-    if status == Status.BAD_REQUEST:
-        return MalformedReplyError("holder rejected our request as malformed", peer)
-    return MalformedReplyError(f"unknown status byte {status}", peer)
