@@ -3,8 +3,7 @@
 Bootstrap and peer exchange are ``PeerDiscovery`` (discovery.py), which the host owns and delegates to;
 connection bookkeeping is in connections.py and the knobs in host_config.py.
 
-py-libp2p 0.8.1's ``new_host`` offers Noise, TLS, SECIO and *plaintext* by default and mplex next to yamux;
-we pin exactly Noise + yamux so no peer can negotiate us down to an unauthenticated or weaker channel.
+Building the py-libp2p host itself (exactly Noise + yamux, no automatic dials) is host_build.py.
 
 Start order matters: services that register stream handlers or network notifees (gossip, payload server)
 must be attached after ``open_host`` yields and before ``bootstrap`` connects to anyone, or they miss the
@@ -19,16 +18,11 @@ from contextlib import asynccontextmanager
 from typing import cast
 
 import trio
-from libp2p import new_host
-from libp2p.abc import IHost, IMuxedConn, INetStream
+from libp2p.abc import IHost, INetStream
 from libp2p.crypto.keys import KeyPair
-from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
-from libp2p.security.noise.transport import Transport as NoiseTransport
-from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from multiaddr import Multiaddr
 
 from .addrs import is_circuit, is_private, parse_multiaddr, same_lan, split_peer_addr, with_peer_id
@@ -36,11 +30,10 @@ from .circuits import CircuitDialer, Kind, connection_kind, dial_circuit
 from .connections import ConnectionWatch, prune_closed
 from .discovery import PeerDiscovery
 from .errors import BadMultiaddrError, DialError, ProtocolNotSpokenError
+from .host_build import build_libp2p_host
 from .host_config import HostConfig
 from .identity import peer_id_of
-from .muxer_guard import GuardedYamux, install_muxer_guard
 from .peer_exchange import PX_PROTOCOL, PeerBook
-from .pubsub_records import install_record_cache
 from .wire import reset_quietly
 
 __all__ = ["OUR_PROTOCOL_PREFIX", "HostConfig", "P2PHost", "StreamHandler", "open_host"]
@@ -367,39 +360,12 @@ class P2PHost:
         await self.discovery.discover()
 
 
-def _build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
-    install_muxer_guard()
-    install_record_cache()
-    noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-    host = new_host(
-        key_pair=key_pair,
-        sec_opt={NOISE_PROTOCOL_ID: noise},
-        muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): cast(type[IMuxedConn], GuardedYamux)},
-        listen_addrs=listen,
-        enable_mDNS=False,
-        enable_upnp=False,
-    )
-    # py-libp2p 0.8.1's AutoConnector dials every address in the peerstore whenever there are fewer than
-    # ~150 connections, including the ephemeral source ports of inbound connections, which never listen
-    # (soak: 252 failed dials on the bootstrap peer in 200 rounds). Its target is the midpoint of the
-    # watermarks, which no ConnectionConfig can set to "never" without also pruning every connection, so
-    # its check is replaced on this host's instance; peer exchange does our dialing.
-    connector = getattr(host.get_network(), "auto_connector", None)  # the swarm's, not in INetwork
-    if connector is not None:
-        connector.maybe_connect = _no_auto_dials
-    return host
-
-
-async def _no_auto_dials() -> None:
-    return None
-
-
 @asynccontextmanager
 async def open_host(key_pair: KeyPair, config: HostConfig | None = None) -> AsyncIterator[P2PHost]:
     """Run a host for the duration of the block; listening sockets are bound when it yields."""
     cfg = config or HostConfig()
     listen = [parse_multiaddr(a) for a in cfg.listen_addrs]
-    libp2p_host = _build_libp2p_host(key_pair, listen)
+    libp2p_host = build_libp2p_host(key_pair, listen)
     host = P2PHost(libp2p_host, key_pair, cfg)
     host.set_handler(PX_PROTOCOL, host.discovery.serve)
     async with libp2p_host.run(listen_addrs=listen):
