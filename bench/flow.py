@@ -76,15 +76,16 @@ def wants_for(n: int, k: int) -> tuple[frozenset[int], ...]:
     return tuple(chosen - {i} for i in range(n))
 
 
-def run_one(lines: list[Line], k: int, latency: float, seed: int = 0) -> dict[str, Any]:
+def run_one(lines: list[Line], k: int, latency: float, payload_bytes: int = PAYLOAD_BYTES,
+            seed: int = 0) -> dict[str, Any]:
     n = len(lines)
     wants = wants_for(n, k)
-    spec = ExchangeSpec(lines=tuple(lines), payload_bytes=PAYLOAD_BYTES, wants=wants,
+    spec = ExchangeSpec(lines=tuple(lines), payload_bytes=payload_bytes, wants=wants,
                         neighbours=random_graph(n, HostConfig().max_peers, seed), latency=latency)
     started = time.perf_counter()
     result = simulate_exchange(spec)
     wall = time.perf_counter() - started
-    bound = swarm_bound(lines, PAYLOAD_BYTES, wants)
+    bound = swarm_bound(lines, payload_bytes, wants)
     uploads = sorted(result.uploaded)
     return {
         "peers": n, "k": k, "seconds": round(result.seconds, 3), "bound_s": round(bound, 3),
@@ -125,12 +126,7 @@ def validation(files: list[Path]) -> list[dict[str, Any]]:
             if not {"profile", "peers", "payload_bytes", "comm_s"} <= measured.keys():
                 continue
             lines = [line(link) for link in profile_links(measured["profile"], measured["peers"])]
-            global PAYLOAD_BYTES
-            saved, PAYLOAD_BYTES = PAYLOAD_BYTES, measured["payload_bytes"]
-            try:
-                model = run_one(lines, measured.get("k", 0), TESTBED_LATENCY)
-            finally:
-                PAYLOAD_BYTES = saved
+            model = run_one(lines, measured.get("k", 0), TESTBED_LATENCY, measured["payload_bytes"])
             rows.append({"source": path.name, "profile": measured["profile"], "peers": measured["peers"],
                          "payload_bytes": measured["payload_bytes"], "measured_s": measured["comm_s"],
                          "model_s": model["seconds"],
