@@ -34,6 +34,7 @@ from _common import RESULTS_DIR, BenchError, write_json
 from distro_node.node.sim.flow_net import Line
 from distro_node.node.sim.flow_step import (
     ExchangeSpec,
+    full_mesh,
     random_graph,
     simulate_exchange,
     swarm_bound,
@@ -71,7 +72,7 @@ def wants_for(n: int, k: int) -> tuple[frozenset[int], ...]:
     In steady state the rule cycles through the swarm, so which K does not matter to the exchange's cost;
     the first ids stand for them."""
     if k <= 0 or k >= n:
-        return tuple(frozenset(j for j in range(n) if j != i) for i in range(n))
+        return full_mesh(n)
     chosen = frozenset(range(min(n, k + DEFAULT_INCLUSION_FETCH_MARGIN)))
     return tuple(chosen - {i} for i in range(n))
 

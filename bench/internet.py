@@ -39,6 +39,9 @@ from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
 from distro_node.node.join_process import PeerProc, PeerWaitError
+from distro_node.node.sim.flow_net import Line
+from distro_node.node.sim.flow_step import full_mesh
+from distro_node.node.sim.flow_step import swarm_bound as exchange_bound
 from distro_node.node.testbed.netns import PROFILES, Link, profile_links, ready_for_bench
 from distro_node.node.testbed.swarm import Testbed
 
@@ -57,13 +60,10 @@ TARGET_OVERLAP_RATIO = 1.15
 
 
 def swarm_bound(links: list[Link], payload: int) -> float:
-    """The least time in which every peer can hold every other peer's payload when peers pass pieces on:
-    the slowest origin must send one copy, each peer must download N-1 payloads, and N(N-1) copies must
-    cross the summed uplinks."""
-    n, bits = len(links), payload * 8
-    return max(bits / (min(link.up_mbit for link in links) * 1e6),
-               max((n - 1) * bits / (link.down_mbit * 1e6) for link in links),
-               n * (n - 1) * bits / (sum(link.up_mbit for link in links) * 1e6))
+    """The least time in which every peer can hold every other peer's payload when peers pass pieces on
+    (the flow model's bound, node/sim/flow_step.py, at the links' nominal rates)."""
+    n = len(links)
+    return exchange_bound([Line.mbit(link.down_mbit, link.up_mbit) for link in links], payload, full_mesh(n))
 
 
 def _median(values: list[float]) -> float | None:

@@ -257,10 +257,6 @@ def simulate_exchange(spec: ExchangeSpec) -> ExchangeResult:
     return _Exchange(spec).run()
 
 
-def all_want_all(n: int) -> tuple[frozenset[int], ...]:
-    return full_mesh(n)
-
-
 def swarm_bound(lines: Sequence[Line], payload_bytes: int, wants: Sequence[frozenset[int]]) -> float:
     """The physical lower bound of an exchange: every payload leaves its author once, every fetcher
     downloads what it wants, and all copies fit through the summed uplinks."""
