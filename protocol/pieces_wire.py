@@ -3,7 +3,8 @@
 Why sessions: opening a py-libp2p stream costs ~8 ms of CPU on each side (multistream-select, yamux), and
 a stream per piece made a swarm fetch of one 1.45 MB payload by 3 peers cost 8x the CPU of a whole-payload
 pull. One stream carries every request of one fetcher to one holder for one payload, strictly alternating:
-  open    = version:u8 (=1) | run_id_len:u8 (1..64) | run_id | step:u64 | root:32
+  open    = version:u8 (=1) | run_id_len:u8 (1..64) | run_id | step:u64 | root:32   (the payload
+            protocol's request layout: transfer.PayloadRequest)
   answer  = status:u8                      OK, or NOT_FOUND (another run), BUSY (too many sessions)
   then, repeated:
   message = op:u8, then
@@ -38,18 +39,15 @@ from .errors import (
     TransferError,
 )
 from .pieces import PIECE_HASH_BYTES, piece_count, root_of
-from .store import DIGEST_BYTES
 from .swarm_schedule import ScheduleConfig
-from .transfer import MAX_RUN_ID_BYTES, check_address, status_error
+from .transfer import PayloadRequest, check_address, read_request, status_error
 from .wire import ByteReader, ShortReadError, read_exactly
 
 PIECES_PROTOCOL = TProtocol("/distro/pieces/1.0.0")
-VERSION = 1
 MAX_CHOICES = 16
 U8 = struct.Struct(">B")
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
-_STEP = struct.Struct(">Q")
 PIECE_HEADER = struct.Struct(">II")
 HAVE_HEADER = struct.Struct(">HI")
 
@@ -117,7 +115,7 @@ class SessionOpen:
         check_address(self.run_id, self.step, self.root, "root")
 
     def encode(self) -> bytes:
-        return bytes([VERSION, len(self.run_id)]) + self.run_id + _STEP.pack(self.step) + self.root
+        return PayloadRequest(self.run_id, self.step, self.root).encode()
 
 
 @dataclass(frozen=True)
@@ -143,18 +141,10 @@ class Message:
 
 
 async def read_open(stream: ByteReader) -> SessionOpen:
-    """Parse a session's opening field by field: never more than 107 bytes, whatever the sender claims."""
-    try:
-        version, run_id_len = await read_exactly(stream, 2)
-        if version != VERSION:
-            raise BadRequestError(f"unsupported version {version}")
-        if not 1 <= run_id_len <= MAX_RUN_ID_BYTES:
-            raise BadRequestError(f"run_id length {run_id_len} out of range")
-        rest = await read_exactly(stream, run_id_len + _STEP.size + DIGEST_BYTES)
-    except ShortReadError as exc:
-        raise BadRequestError(f"truncated session opening: {exc}") from exc
-    (step,) = _STEP.unpack_from(rest, run_id_len)
-    return SessionOpen(rest[:run_id_len], step, rest[run_id_len + _STEP.size :])
+    """A session's opening has the payload protocol's request layout (transfer.read_request: parsed field
+    by field, never more than 106 bytes, whatever the sender claims)."""
+    request = await read_request(stream)
+    return SessionOpen(request.run_id, request.step, request.payload_hash)
 
 
 async def read_message(stream: ByteReader) -> Message:

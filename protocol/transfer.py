@@ -44,7 +44,7 @@ from .host import P2PHost
 from .pieces import RootHasher
 from .rpc import client_stream
 from .store import DIGEST_BYTES, PayloadStore
-from .wire import READ_CHUNK, ShortReadError, read_exactly, reply_within, reset_quietly
+from .wire import READ_CHUNK, ByteReader, ShortReadError, read_exactly, reply_within, reset_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class PayloadRequest:
         )
 
 
-async def read_request(stream: INetStream) -> PayloadRequest:
+async def read_request(stream: ByteReader) -> PayloadRequest:
     """Parse a request field by field; at most MAX_REQUEST_BYTES are ever read."""
     try:
         version, run_id_len = await read_exactly(stream, 2)
