@@ -2,7 +2,7 @@
 
 Why caps at all: a relay spends its own upload on two strangers' traffic. py-libp2p 0.8.1's defaults let a
 circuit run for an hour or a GiB; ours are smaller so one busy pair cannot take a volunteer's uplink, and a
-client re-establishes a circuit before its cap cuts it (``renew_before``), so a cut never costs a round.
+client re-establishes a circuit before its cap cuts it (``renew_before_*``), so a cut never costs a round.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from libp2p.relay.circuit_v2.resources import RelayLimits
+
+from .circuit_renewal import Margins
 
 MIB = 1024 * 1024
 
@@ -43,12 +45,20 @@ class RelayClientConfig:
 
     relays: int = 2  # reservations held at once, on distinct public peers, so one leaving is survivable
     check_seconds: float = 5.0  # how often lost reservations are replaced
-    # A circuit older than its relay's time cap minus this is replaced by a fresh one before the cap cuts it.
+    # A circuit we dialed is replaced by a fresh one this long (or this many bytes) before its relay's time
+    # (byte) cap cuts it, at most half way through its life (protocol/circuit_renewal.py).
     renew_before_seconds: float = 30.0
+    renew_before_bytes: int = 16 * MIB
 
     def __post_init__(self) -> None:
         if self.relays < 1:
             raise ValueError(f"RelayClientConfig.relays must be >= 1, got {self.relays}")
+        if isinstance(self.renew_before_bytes, bool) or self.renew_before_bytes < 1:
+            raise ValueError(
+                f"RelayClientConfig.renew_before_bytes must be >= 1, got {self.renew_before_bytes}")
         for name in ("check_seconds", "renew_before_seconds"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RelayClientConfig.{name} must be > 0, got {getattr(self, name)}")
+
+    def margins(self) -> Margins:
+        return Margins(self.renew_before_seconds, self.renew_before_bytes)

@@ -79,6 +79,7 @@ class NatTraversal:
     async def run(self, every: float = REPORT_EVERY_S) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.client.run, lambda: self._host.behind_nat)
+            nursery.start_soon(self.client.keeper.run)  # circuits renewed before their relay's caps
             while True:
                 self.report()
                 await trio.sleep(every)
