@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -37,6 +38,7 @@ LASTING_PREFIXES = ("/meshsub/", "/floodsub/")
 DRAIN_POLL_S = 0.25  # how often a retired connection with streams in flight is looked at
 CLOSE_TIMEOUT_S = 2.0
 MAX_RETIRED_INBOUND = 1024
+ASKED_FOR_ADDRS = 2  # members asked for a cut peer's circuit addresses when none we know works
 
 
 def _busy(conn: INetConn) -> bool:
@@ -61,6 +63,11 @@ class CircuitKeeper:
         self.renewed = 0  # circuits replaced before their cap
         self.redialed = 0  # circuits dialed again after a cut
         self.retired_closed = 0  # retired circuits we closed
+
+    def through(self) -> dict[str, str]:
+        """Peer -> relay of each circuit we dialed that carries new streams (for status and events)."""
+        return {str(c.peer): str(c.relay) for conn, c in self._dialer.circuits.items()
+                if c.life.retired_at is None and not getattr(conn.muxed_conn, "is_closed", False)}
 
     async def run(self) -> None:
         while True:
@@ -150,30 +157,57 @@ class CircuitKeeper:
         return acted
 
     async def _redial(self, conn: INetConn, step: Step) -> None:
-        """Open a fresh circuit to the peer of ``conn``: before its cap (RENEW), or after a cut (REDIAL)."""
+        """Open a fresh circuit to the peer of ``conn``: before its cap (RENEW), or after a cut (REDIAL).
+
+        After a cut, when no circuit address we know works (they may all name the dead relay: we learned
+        them before the peer reserved on another), a member or two are asked for the peer's current ones.
+        """
         circuit = self._dialer.circuits[conn]
         cut = step is Step.REDIAL
         if cut:
             self._forget(conn)
-        known = [a for a in self._host.peer_book.addrs(circuit.peer) if is_circuit(a)]
-        if circuit.transport not in known:
-            known.append(circuit.transport)
-        addrs: list[tuple[Multiaddr, ID | None]] = [(a, circuit_relay(a)) for a in known]
-        for addr in redial_order(addrs, circuit.relay, cut=cut):
-            try:
-                with trio.fail_after(self._host.config.dial_timeout):
-                    await self._dialer.dial(addr, circuit.peer)
-            except Exception as exc:  # DialError, a refusal by the relay, Noise failures, a timeout
-                logger.info("no fresh circuit to %s via %s: %r", circuit.peer, addr, exc)
-                continue
-            if cut:
-                self.redialed += 1
-            else:
-                self.renewed += 1
-                self._retire(conn, circuit.life, trio.current_time())
-            logger.info("%s circuit to %s via %s", "redialed" if cut else "renewed", circuit.peer, addr)
-            return
+        tried: set[Multiaddr] = set()
+        for ask in (False, True):
+            if ask:
+                if not cut:
+                    break
+                await self._ask_addrs(circuit.peer)
+            known = [a for a in self._host.peer_book.addrs(circuit.peer) if is_circuit(a)]
+            if circuit.transport not in known:
+                known.append(circuit.transport)
+            addrs: list[tuple[Multiaddr, ID | None]] = [(a, circuit_relay(a)) for a in known
+                                                         if a not in tried]
+            for addr in redial_order(addrs, circuit.relay, cut=cut):
+                tried.add(addr)
+                if await self._dial(addr, circuit.peer):
+                    if cut:
+                        self.redialed += 1
+                    else:
+                        self.renewed += 1
+                        self._retire(conn, circuit.life, trio.current_time())
+                    logger.info("%s circuit to %s via %s", "redialed" if cut else "renewed", circuit.peer,
+                                addr)
+                    return
         circuit.life.retry_at = trio.current_time() + self._retry_s
+
+    async def _dial(self, addr: Multiaddr, peer: ID) -> bool:
+        try:
+            with trio.fail_after(self._host.config.dial_timeout):
+                await self._dialer.dial(addr, peer)
+        except Exception as exc:  # DialError, a refusal by the relay, Noise failures, a timeout
+            logger.info("no fresh circuit to %s via %s: %r", peer, addr, exc)
+            return False
+        return True
+
+    async def _ask_addrs(self, peer: ID) -> None:
+        """Peer exchange with up to ASKED_FOR_ADDRS members (what they know of ``peer`` lands in the peer
+        book); failures are only logged."""
+        members = sorted(self._host.member_peers() - {peer}, key=str)
+        for member in random.sample(members, min(ASKED_FOR_ADDRS, len(members))):
+            try:
+                await self._host.exchange_peers(member)
+            except Exception as exc:  # PeerExchangeError, DialError
+                logger.info("asking %s for addresses of %s failed: %r", member, peer, exc)
 
 
 async def _then_cancel(wait: Callable[[], Awaitable[object]], scope: trio.CancelScope) -> None:
