@@ -8,10 +8,12 @@ client re-establishes a circuit before its cap cuts it (``renew_before_*``), so 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from libp2p.relay.circuit_v2.resources import RelayLimits
+from typing import TYPE_CHECKING
 
 from .circuit_renewal import Margins
+
+if TYPE_CHECKING:  # libp2p is slow to import; node/config reads the defaults here without it
+    from libp2p.relay.circuit_v2.resources import RelayLimits
 
 MIB = 1024 * 1024
 
@@ -34,6 +36,8 @@ class RelayServiceConfig:
                 raise ValueError(f"RelayServiceConfig.{name} must be an integer >= 1, got {value!r}")
 
     def limits(self) -> RelayLimits:
+        from libp2p.relay.circuit_v2.resources import RelayLimits
+
         return RelayLimits(duration=self.circuit_seconds, data=self.circuit_bytes,
                            max_circuit_conns=self.circuits_per_reservation,
                            max_reservations=self.reservations, reservation_ttl=self.reservation_seconds)
