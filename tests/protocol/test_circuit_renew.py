@@ -80,7 +80,7 @@ async def _exchange_until_renewed(private: P2PHost, dialer: P2PHost, client: Rel
 
 def test_a_circuit_is_renewed_before_its_time_cap_and_streams_keep_working() -> None:
     async def body() -> None:
-        async with _relayed_pair(RelayServiceConfig(circuit_seconds=4)) as (private, dialer, service,
+        async with _relayed_pair(RelayServiceConfig(circuit_seconds=6)) as (private, dialer, service,
                                                                             on_private, on_dialer):
             n = await _exchange_until_renewed(private, dialer, on_dialer, 4096, renewals=2)
             assert n >= 2
