@@ -71,7 +71,11 @@ class CircuitKeeper:
 
     async def run(self) -> None:
         while True:
-            wake = await self.tend()
+            try:
+                wake = await self.tend()
+            except Exception as exc:  # a library surprise must not take the node down with the keeper
+                logger.warning("circuit keeper pass failed: %r", exc, exc_info=True)
+                wake = trio.current_time() + self._retry_s
             # Events during a pass are not seen by the waits below: a pass that acted looks again at once,
             # and no wait is longer than the retry interval.
             with trio.move_on_at(min(wake, trio.current_time() + self._retry_s)):
@@ -162,7 +166,9 @@ class CircuitKeeper:
         After a cut, when no circuit address we know works (they may all name the dead relay: we learned
         them before the peer reserved on another), a member or two are asked for the peer's current ones.
         """
-        circuit = self._dialer.circuits[conn]
+        circuit = self._dialer.circuits.get(conn)
+        if circuit is None:  # forgotten meanwhile (bounded table)
+            return
         cut = step is Step.REDIAL
         if cut:
             self._forget(conn)
