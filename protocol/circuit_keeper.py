@@ -4,7 +4,9 @@ On the side that dialed a circuit (it knows circuit addresses of the peer): shor
 time or byte cap it dials a fresh circuit (through the same relay first, else another one the peer
 advertises), then retires the old one; a circuit cut while it was the peer's only connection (its relay
 died) is dialed again at once, through another relay first. On either side, a circuit that a newer one to
-the same peer supersedes is retired too: the other side learns of a renewal only by the new one arriving.
+the same peer supersedes is retired too: the other side learns of a renewal only by the new one arriving;
+and when both sides dialed a circuit to each other, only the ones dialed by the smaller peer id are kept,
+so that only one side renews.
 
 Retiring a connection takes it out of the swarm's table, so every new stream (ours, and the library's
 gossip stream once its old one ends) opens on the new one, while streams already on the old one go on; the
@@ -26,7 +28,7 @@ from multiaddr import Multiaddr
 
 from .addrs import circuit_relay, is_circuit
 from .circuit_dial import CircuitDialer
-from .circuit_renewal import CircuitLife, Step, decide, next_wake, redial_order, settle_time, superseded
+from .circuit_renewal import CircuitLife, Step, decide, next_wake, redial_order, settle_time, to_retire
 from .circuits import is_relayed, open_conns
 from .host import P2PHost
 
@@ -141,14 +143,16 @@ class CircuitKeeper:
             table.pop(peer, None)
 
     def _retire_superseded(self, now: float) -> bool:
-        """Retire every relayed connection a newer one to the same peer replaces (either side); True if
-        any was."""
+        """Retire every relayed connection that another one to the same peer replaces (a renewal, or both
+        sides dialing at once; circuit_renewal.to_retire); True if any was."""
         acted = False
         for peer, conns in list(self._host.libp2p.get_network().get_connections_map().items()):
             relayed = [c for c in conns if is_relayed(c) and not getattr(c.muxed_conn, "is_closed", False)]
             if len(relayed) < 2:
                 continue
-            for old in superseded([(c, _opened_at(c)) for c in relayed]):
+            ours = [(c, _opened_at(c)) for c in relayed if c in self._dialer.circuits]
+            theirs = [(c, _opened_at(c)) for c in relayed if c not in self._dialer.circuits]
+            for old in to_retire(ours, theirs, ours_kept=str(self._host.peer_id) < str(peer)):
                 circuit = self._dialer.circuits.get(old)
                 if circuit is not None:
                     self._retire(old, circuit.life, now)
@@ -157,7 +161,7 @@ class CircuitKeeper:
                     self.inbound[old] = life
                     self._retire(old, life, now)
                 acted = True
-            logger.debug("%s: %d relayed connections, the newest kept", peer, len(relayed))
+            logger.debug("%s: %d relayed connections, %d ours", peer, len(relayed), len(ours))
         return acted
 
     async def _redial(self, conn: INetConn, step: Step) -> None:

@@ -129,3 +129,16 @@ def superseded(opened: Sequence[tuple[A, float]]) -> list[A]:
     newest. The side that did not dial learns of a renewal only by the new circuit arriving."""
     newest = max(opened, key=lambda item: item[1], default=None)
     return [c for c, _ in opened if newest is None or c is not newest[0]]
+
+
+def to_retire(outbound: Sequence[tuple[A, float]], inbound: Sequence[tuple[A, float]], *,
+              ours_kept: bool) -> list[A]:
+    """Of a peer's live circuits, given as (circuit, opened at), those to retire. When both sides dialed
+    one (they dialed each other at the same moment), only the circuits dialed by the side with the smaller
+    peer id are kept (``ours_kept``: that is us), so both sides agree and only one side renews; of those,
+    all but the newest."""
+    if outbound and inbound:
+        keep, drop = (outbound, inbound) if ours_kept else (inbound, outbound)
+    else:
+        keep, drop = (outbound or inbound), []
+    return [c for c, _ in drop] + superseded(keep)

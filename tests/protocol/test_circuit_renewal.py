@@ -15,6 +15,7 @@ from distro_node.protocol.circuit_renewal import (
     renew_time,
     settle_time,
     superseded,
+    to_retire,
 )
 
 M = Margins(seconds=30.0, bytes=1000)
@@ -88,6 +89,15 @@ def test_renewing_tries_the_same_relay_first_and_a_cut_tries_the_others_first() 
 def test_of_a_peers_circuits_all_but_the_newest_are_superseded() -> None:
     assert superseded([("old", 1.0), ("new", 5.0), ("mid", 3.0)]) == ["old", "mid"]
     assert superseded([("only", 1.0)]) == [] and superseded([]) == []
+
+
+def test_when_both_sides_dialed_only_the_smaller_ids_circuits_stay_and_of_those_the_newest() -> None:
+    ours, theirs = [("o1", 1.0), ("o2", 4.0)], [("t1", 2.0), ("t2", 3.0)]
+    assert to_retire(ours, theirs, ours_kept=True) == ["t1", "t2", "o1"]
+    assert to_retire(ours, theirs, ours_kept=False) == ["o1", "o2", "t1"]  # the other side decides alike
+    assert to_retire([], theirs, ours_kept=True) == ["t1"]  # only they dialed: a renewal of theirs
+    assert to_retire(ours, [], ours_kept=False) == ["o1"]
+    assert to_retire([("o1", 1.0)], [], ours_kept=False) == []
 
 
 @pytest.mark.parametrize(("seconds", "nbytes"), [(0.0, 10), (-1.0, 10), (1.0, 0)])
