@@ -11,7 +11,9 @@ second or more later. So:
   to dial; a later route starts only when no better-routed holder is still asking (or retrying), or when the
   holder asked last has been silent for ``hedge_after`` (a dead link must not stall the fetch);
 - a holder that is not the payload's author and answered NOT_FOUND is asked again after a short backoff
-  (doubling, ``not_found_retries`` times at most): it is probably fetching the payload right now;
+  (0.1 s, then 0.2 s, ``not_found_retries`` times before worse routes start; and on, up to four times as
+  often, while another attempt still runs): it is probably fetching the payload right now, and a relayed
+  attempt started meanwhile can hang for the whole dial timeout (seen behind resetting NATs);
 - a holder that answered (its OK header arrived) is sending: nothing else starts while it does.
 
 The caller drops holders it cannot reach at all before making the plan (no connection and no address worth
@@ -28,7 +30,10 @@ from typing import Generic, TypeVar
 H = TypeVar("H", bound=Hashable)
 
 # The longest backoff is the first one times 2**_MAX_DOUBLINGS, so a retried holder is never left alone long.
-_MAX_DOUBLINGS = 3
+_MAX_DOUBLINGS = 1
+# While worse-routed holders are still to ask or running (a relayed attempt can hang for the whole dial
+# timeout), a NOT_FOUND holder is asked on, up to this many times its ``not_found_retries`` in all.
+_PATIENCE = 4
 
 
 class Route(IntEnum):
@@ -104,8 +109,9 @@ class FetchPlan(Generic[H]):
         if self._running and self._last_start is not None and now - self._last_start < self._cfg.hedge_after:
             return False  # the last one started still has its chance alone
         route = self._route[self._queue[0]]
-        # A better-routed holder that is asked again soon goes first.
-        return not any(self._route[h] < route for h in self._retry_at)
+        # A better-routed holder still in its first not_found_retries goes first.
+        return not any(self._route[h] < route and self._retries[h] <= self._cfg.not_found_retries
+                       for h in self._retry_at)
 
     def answered(self, holder: H) -> None:
         """Its reply header arrived: it is sending, so nobody else is started meanwhile."""
@@ -117,7 +123,10 @@ class FetchPlan(Generic[H]):
         self._running.pop(holder, None)
         self._answered.discard(holder)
         done = self._retries.get(holder, 0)
-        if not_found and holder != self._author and done < self._cfg.not_found_retries:
+        others = bool(self._running) or bool(self._queue)
+        patient = done < self._cfg.not_found_retries or (
+            others and done < _PATIENCE * self._cfg.not_found_retries)
+        if not_found and holder != self._author and patient:
             self._retries[holder] = done + 1
             self._retry_at[holder] = now + self._cfg.backoff(done)
 
@@ -129,7 +138,7 @@ class FetchPlan(Generic[H]):
         if self._queue:
             if self._running and self._last_start is not None:
                 times.append(self._last_start + self._cfg.hedge_after)
-            elif not any(self._route[h] < self._route[self._queue[0]] for h in self._retry_at):
+            elif self._may_start_next(now):
                 times.append(now)
         return min(times) if times else None
 

@@ -131,10 +131,11 @@ class TransferConfig:
     # A holder that has not even answered the request after this long is raced by the next one (it keeps
     # its chance until attempt_timeout); one that answers and sends is never raced. See fetch_plan.py.
     hedge_after: float = 2.0
-    # A holder other than the author that answered NOT_FOUND is asked again up to this many times, first
-    # after not_found_backoff seconds, then doubling (0.1 + 0.2 + 0.4 + 0.8 + 0.8 s): a public peer is
-    # usually pulling a NAT'd author's payload at that moment (fetch_plan.py).
-    not_found_retries: int = 5
+    # A holder other than the author that answered NOT_FOUND is asked again this many times, first after
+    # not_found_backoff seconds, then every 2 x that (0.1 + 9 x 0.2 = 1.9 s), before relayed holders start
+    # (and on while another attempt runs; fetch_plan.py): a public peer is usually pulling a NAT'd author's
+    # payload at that moment.
+    not_found_retries: int = 10
     not_found_backoff: float = 0.1
 
     def __post_init__(self) -> None:

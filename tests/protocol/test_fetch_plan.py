@@ -31,10 +31,30 @@ def test_a_relayed_author_waits_while_a_public_holder_that_said_not_found_is_ask
     plan.failed("founder", 0.25, not_found=True)
     assert plan.next_wakeup(0.25) == 0.25 + 0.2  # backoff doubles
     assert plan.due(0.25 + 0.2) == ["founder"]
-    plan.failed("founder", 0.5, not_found=True)  # retries spent: now the relay
+    plan.failed("founder", 0.5, not_found=True)  # its first chance spent: now the relay, too
     assert plan.due(0.5) == ["origin"]
-    plan.failed("origin", 0.6, not_found=True)  # the author's NOT_FOUND is final
+    assert plan.next_wakeup(0.5) == 0.5 + 0.2  # the founder is asked on while the relayed attempt runs
+    assert plan.due(0.7) == ["founder"]
+    plan.failed("origin", 0.8, not_found=True)  # the author's NOT_FOUND is final
+    plan.failed("founder", 0.9, not_found=True)  # nobody else left: the founder's chance ends too
     assert plan.due(10.0) == [] and plan.exhausted()
+
+
+def test_a_not_found_holder_is_asked_on_while_a_relayed_attempt_hangs_but_boundedly() -> None:
+    plan = FetchPlan([("founder", Route.DIRECT), ("origin", Route.RELAYED)], author="origin", config=CFG)
+    now, asks = 0.0, 0
+    for _ in range(100):
+        for h in plan.due(now):
+            if h == "founder":
+                asks += 1
+                plan.failed(h, now, not_found=True)
+        wake = plan.next_wakeup(now)
+        if wake is None:
+            break
+        now = wake
+    assert "origin" in plan.running  # hangs throughout
+    assert asks == 1 + 4 * CFG.not_found_retries  # _PATIENCE times the first chance, then it stops
+    assert plan.next_wakeup(now) is None and not plan.exhausted()
 
 
 def test_a_silent_holder_is_raced_after_hedge_after_but_one_that_answered_is_not() -> None:
