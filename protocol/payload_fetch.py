@@ -114,6 +114,7 @@ async def _race(host: P2PHost, request: PayloadRequest, plan: FetchPlan[ID], cfg
     attempts: list[tuple[str, TransportError]] = []
     won: list[Delivery] = []
     wake = _Wake()
+    began = trio.current_time()
     async with trio.open_nursery() as nursery:
 
         async def attempt(peer_id: ID) -> None:
@@ -135,6 +136,9 @@ async def _race(host: P2PHost, request: PayloadRequest, plan: FetchPlan[ID], cfg
                     attempts.append((str(peer_id), exc))
                     plan.failed(peer_id, trio.current_time(), not_found=isinstance(exc, PayloadNotFoundError))
                 else:
+                    logger.debug("fetched %s from %s (%s) %.3f s after the first ask, %d failed before",
+                                 request.payload_hash.hex()[:16], peer_id, plan.route(peer_id).name,
+                                 trio.current_time() - began, len(attempts))
                     won.append(Delivery(data, peer_id))
                     nursery.cancel_scope.cancel()
                 finally:
