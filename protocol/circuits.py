@@ -2,10 +2,9 @@
 connection kind (direct, relayed, none).
 
 Why apart from the swarm: py-libp2p 0.8.1's ``swarm.dial_peer`` drops every circuit address, so a relayed
-dial has to go through ``CircuitV2Transport.dial`` (which connects to the relay, asks it to CONNECT and
-upgrades the stream with Noise and yamux into an ordinary swarm connection). Its outbound connections come
-back untagged (the inbound side is tagged by the library), so we tag them, and every reader of a connection's
-kind (metrics, the payload fetcher, DCUtR's upgrade loop) sees the same answer.
+dial goes through our own hop CONNECT (circuit_dial.py), which upgrades the stream with Noise and yamux into
+an ordinary swarm connection and tags it relayed (the inbound side is tagged by the library), so every
+reader of a connection's kind (metrics, the payload fetcher, DCUtR's upgrade loop) sees the same answer.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from libp2p.connection_types import ConnectionType
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 
-from .addrs import is_circuit, with_peer_id
+from .addrs import is_circuit
 
 
 class Kind(Enum):
@@ -29,13 +28,13 @@ class Kind(Enum):
     NONE = "none"
 
 
-class CircuitDialer(Protocol):
-    """``CircuitV2Transport``'s dial, as we use it."""
+class DialsCircuits(Protocol):
+    """Relayed dialing as the host uses it (protocol/circuit_dial.py's ``CircuitDialer``)."""
 
-    async def dial(self, maddr: Multiaddr) -> INetConn: ...
+    async def dial(self, transport: Multiaddr, peer_id: ID) -> INetConn: ...
 
 
-def _relayed(conn: INetConn) -> bool:
+def is_relayed(conn: INetConn) -> bool:
     kind = getattr(conn, "get_connection_type", None)
     if kind is not None and kind() == ConnectionType.RELAYED:
         return True
@@ -54,17 +53,4 @@ def connection_kind(host: IHost, peer_id: ID) -> Kind:
     conns = open_conns(host, peer_id)
     if not conns:
         return Kind.NONE
-    return Kind.RELAYED if all(_relayed(c) for c in conns) else Kind.DIRECT
-
-
-async def dial_circuit(dialer: CircuitDialer, transport: Multiaddr, peer_id: ID) -> INetConn:
-    """Open a relayed connection to ``peer_id`` over ``transport`` (``<relay addr>/p2p/<relay>/p2p-circuit``)
-    and tag it as relayed."""
-    if not is_circuit(transport):
-        raise ValueError(f"not a circuit address: {transport}")
-    full = with_peer_id(transport, peer_id)
-    conn = await dialer.dial(full)
-    tag = getattr(conn, "set_transport_info", None)
-    if tag is not None:
-        tag([full], ConnectionType.RELAYED)
-    return conn
+    return Kind.RELAYED if all(is_relayed(c) for c in conns) else Kind.DIRECT

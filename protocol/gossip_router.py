@@ -146,6 +146,10 @@ class RunRouter(GossipSub):
             if self.scorer is not None:
                 self.scorer.on_join_mesh(peer, topic)
             graft[peer].append(topic)
+        # A member that grafted us itself (between heartbeats) took a seat without evicting anyone: strangers
+        # above ``degree`` would otherwise keep their seats for good, the mesh being within degree_high.
+        while strangers and len(mesh) > self.degree:
+            self._evict(topic, strangers.pop(), graft, prune)
 
     def _evict(self, topic: str, peer: ID, graft: defaultdict[ID, list[str]],
                prune: defaultdict[ID, list[str]]) -> None:

@@ -34,7 +34,7 @@ from .addrs import (
     with_peer_id,
     worth_dialing,
 )
-from .circuits import CircuitDialer, Kind, connection_kind, dial_circuit
+from .circuits import DialsCircuits, Kind, connection_kind
 from .connections import ConnectionWatch, prune_closed
 from .discovery import PeerDiscovery
 from .errors import BadMultiaddrError, DialError, ProtocolNotSpokenError
@@ -71,7 +71,7 @@ class P2PHost:
         self._blocked: set[ID] = set()  # banned peers: never dialed, streams refused, never advertised
         self._admitted: Callable[[ID], Awaitable[bool]] | None = None  # a permissioned run's admission
         self._open_protocols: frozenset[TProtocol] = frozenset()
-        self._circuits: CircuitDialer | None = None  # relayed dialing, once a relay service runs
+        self._circuits: DialsCircuits | None = None  # relayed dialing, once a relay service runs
         self._circuit_addrs: Callable[[], list[Multiaddr]] = list  # ours, through the relays we reserved on
         self._relays: Callable[[], Collection[ID]] = frozenset  # the peers holding those reservations
         self.behind_nat = False  # dial-back probes said nobody can dial us (node/peer/reachability_watch.py)
@@ -108,7 +108,7 @@ class P2PHost:
             own = [a for a in own if not is_private(a) or (near is not None and same_lan(a, near))]
         return [with_peer_id(a, self.peer_id) for a in own + self._circuit_addrs()]
 
-    def use_relays(self, dialer: CircuitDialer, circuit_addrs: Callable[[], list[Multiaddr]],
+    def use_relays(self, dialer: DialsCircuits, circuit_addrs: Callable[[], list[Multiaddr]],
                    relays: Callable[[], Collection[ID]] = frozenset) -> None:
         """Dial circuit addresses with ``dialer``; advertise ``circuit_addrs``; ``relays``: the peers holding
         a reservation for us (protocol/relay_client.py)."""
@@ -274,7 +274,7 @@ class P2PHost:
             for addr in relayed[:2]:
                 try:
                     with trio.fail_after(self.config.dial_timeout):
-                        await dial_circuit(cast(CircuitDialer, self._circuits), addr, peer_id)
+                        await cast(DialsCircuits, self._circuits).dial(addr, peer_id)
                 except trio.TooSlowError:
                     failures.append(f"{addr}: timed out after {self.config.dial_timeout:g}s")
                 except Exception as exc:  # ConnectionError from the relay, Noise failures...

@@ -21,6 +21,8 @@ from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from multiaddr import Multiaddr
 
 from .addrs import CIRCUIT, is_circuit, is_private
+from .circuit_dial import CircuitDialer
+from .circuit_keeper import CircuitKeeper
 from .circuits import Kind
 from .errors import TransportError
 from .host import P2PHost
@@ -43,10 +45,12 @@ class RelayClient:
         self.config = config or RelayClientConfig()
         # STOP only: the library's CLIENT role would make a reservation on every relay we merely dial through.
         self.transport = CircuitV2Transport(host.libp2p, service.protocol, RelayConfig(roles=RelayRole.STOP))
+        self.circuits = CircuitDialer(host, self.config.margins())  # our relayed dials, renewed by the keeper
+        self.keeper = CircuitKeeper(host, self.circuits, self.config.check_seconds)
         self.held: dict[ID, tuple[Multiaddr, float, float]] = {}  # relay -> (its address, since, expires)
         self.failovers = 0  # reservations replaced after their relay went away
         self._asked: dict[ID, float] = {}  # when each candidate was last asked (monotonic)
-        host.use_relays(self.transport, self.circuit_addrs, lambda: self.held.keys())
+        host.use_relays(self.circuits, self.circuit_addrs, lambda: self.held.keys())
 
     def circuit_addrs(self) -> list[Multiaddr]:
         """``<relay address>/p2p/<relay>/p2p-circuit`` for every relay holding a reservation for us."""

@@ -19,8 +19,12 @@ from distro_node.node.config.prepare import PrepareConfig
 from distro_node.node.config.run import DATA_KINDS, TOKEN_DTYPES, DataConfig, RoundsConfig, RunConfig
 from distro_node.node.config.section import Section, doc
 from distro_node.node.device import DEVICES, PRECISIONS
+from distro_node.protocol.relay_config import RelayServiceConfig
 
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+# A relay's circuits shorter than these would be renewed every second or within one Noise handshake's bytes.
+MIN_RELAY_CIRCUIT_SECONDS = 2
+MIN_RELAY_CIRCUIT_BYTES = 64 * 1024
 
 
 def _check_multiaddrs(section: Section, name: str, *, need_peer_id: bool) -> None:
@@ -112,6 +116,17 @@ class NetworkConfig(Section):
                      "genesis): sign the round state at every this many steps (and whenever the active peers "
                      "change), so joiners can check the roster from the root on"),
     )
+    relay_circuit_seconds: int = field(
+        default=RelayServiceConfig.circuit_seconds,
+        metadata=doc("as a relay (once peers confirm this node public): a circuit between two other peers is "
+                     "cut after this many seconds; the peer that dialed it opens a fresh one shortly before, "
+                     "so no round is lost"),
+    )
+    relay_circuit_bytes: int = field(
+        default=RelayServiceConfig.circuit_bytes,
+        metadata=doc("as a relay: a circuit is cut after carrying this many bytes, both directions together "
+                     "(renewed before that like the time cap)"),
+    )
     max_link_steps: int = field(
         default=10_000,
         metadata=doc("runs whose manifest names a root: a roster vouches for states at most this many steps "
@@ -133,6 +148,8 @@ class NetworkConfig(Section):
         self._range("behind_steps", 1, 1_000_000)
         self._range("attest_every_steps", 1, 1_000_000)
         self._range("max_link_steps", 1, 1_000_000_000)
+        self._range("relay_circuit_seconds", MIN_RELAY_CIRCUIT_SECONDS, 7 * 86400)
+        self._range("relay_circuit_bytes", MIN_RELAY_CIRCUIT_BYTES, 1 << 40)
         if self.max_link_steps < 2 * self.attest_every_steps:
             raise self._fail("max_link_steps", "must be at least twice attest_every_steps, or an honest "
                                                "chain could have no link within reach")

@@ -36,6 +36,7 @@ class NatTraversal:
         self._metrics = metrics
         self._reported = (0, 0, 0)  # relayed bytes, punch attempts, punch successes already counted
         self._relays: list[str] = []
+        self._circuits: tuple[dict[str, str], int, int] = ({}, 0, 0)  # reported: through, renewed, redialed
 
     def on_verdict(self, verdict: str) -> None:
         """Act on a reachability verdict: relay for others when public, else reserve on relays."""
@@ -65,6 +66,14 @@ class NatTraversal:
             self._relays = relays
             where = ", ".join(r[-8:] for r in relays) or "none"
             self._out.emit("relays", f"reachable through relays: {where}", relays=relays)
+        keeper = self.client.keeper
+        circuits = (keeper.through(), keeper.renewed, keeper.redialed)
+        if circuits != self._circuits:
+            self._circuits = circuits
+            through, renewed, redialed = circuits
+            self._out.emit("circuits", f"relayed connections we dialed: {len(through)}; {renewed} renewed "
+                           f"before a relay's cap, {redialed} dialed again after a cut",
+                           through=through, renewed=renewed, redialed=redialed)
         now = (self.relay.counts.relayed_bytes, self.punch.attempts, self.punch.successes)
         if now[1:] != self._reported[1:]:
             self._out.emit("holepunch", f"hole punches: {now[2]} of {now[1]} gave a direct connection",
@@ -79,6 +88,7 @@ class NatTraversal:
     async def run(self, every: float = REPORT_EVERY_S) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.client.run, lambda: self._host.behind_nat)
+            nursery.start_soon(self.client.keeper.run)  # circuits renewed before their relay's caps
             while True:
                 self.report()
                 await trio.sleep(every)

@@ -27,6 +27,7 @@ from distro_node.protocol.gossip import GossipConfig, open_gossip
 from distro_node.protocol.host import HostConfig, P2PHost, open_host
 from distro_node.protocol.identity import load_or_create_identity
 from distro_node.protocol.manifest_rpc import install_manifest_server
+from distro_node.protocol.relay_config import RelayServiceConfig
 from distro_node.protocol.signatures import signer_for
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.sync import StateServer
@@ -227,7 +228,9 @@ class PeerNode:
                         prefilter=forwarder_prefilter(gossip_cfg.max_forwarded_per_origin_per_second,
                                                       gossip_cfg.max_forwarded_burst, trio.current_time,
                                                       counted)) as gossip,
-            open_nat_traversal(host, out, None if run.telemetry is None else run.telemetry.metrics) as nat,
+            open_nat_traversal(host, out, None if run.telemetry is None else run.telemetry.metrics,
+                               RelayServiceConfig(circuit_seconds=opts.network.relay_circuit_seconds,
+                                                  circuit_bytes=opts.network.relay_circuit_bytes)) as nat,
             trio.open_nursery() as nursery,
         ):
             outbox = Outbox()

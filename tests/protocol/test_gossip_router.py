@@ -66,6 +66,12 @@ def test_strangers_in_the_mesh_make_way_for_members() -> None:
             await _until(lambda: len(mesh) >= 2, "the strangers fill the hub's mesh while no member is there")
             await _link(hub, chans[0], members, chans[5:])
             await _until(lambda: {str(p) for p in mesh} == member_ids, "the members take the whole mesh")
+            # The same when one member's GRAFT reached the hub before its heartbeat (likelier on a busy
+            # machine): it sits beside two strangers, a mesh of 3 within degree_high, and both make way.
+            mesh.clear()
+            mesh.update({strangers[0].peer_id, strangers[1].peer_id, members[0].peer_id})
+            router.mesh_heartbeat()  # no await since the line above: nothing else ran in between
+            assert {str(p) for p in mesh} == member_ids
             await chans[0].publish(b"vote")
             for chan in chans[5:]:
                 with trio.fail_after(WAIT):
