@@ -23,8 +23,9 @@ from collections.abc import Awaitable, Callable
 import trio
 from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
 from distro_node.protocol.host import HostConfig, P2PHost, open_host
+from distro_node.protocol.payload_fetch import fetch_payload
 from distro_node.protocol.store import PayloadStore
-from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig, fetch_payload
+from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 

@@ -6,10 +6,12 @@ times, hole punches that worked) are measurements to compare, not a yes/no. Per 
 random source ports) it starts one public founder and three peers behind that kind of router, all on
 `home` links (100/10 Mbit), waits until every NAT'd peer holds a relay reservation, then records
 ``--steps`` steps; the baseline is the same swarm with every peer public (what port forwarding gives).
-Writes bench/results/nat.json. Needs root, ip, tc and nft.
+``payload_relayed_share``: of the payload bytes all peers received over those steps, the part that came over
+a relayed connection. Writes bench/results/nat.json. Needs root, ip, tc and nft.
 
     .venv/bin/python bench/nat.py                        # every kind and the baseline
-    .venv/bin/python bench/nat.py --kinds drop --steps 6 --out /tmp/nat.json
+    .venv/bin/python bench/nat.py --kinds drop --steps 6 --out /tmp/nat.json \
+        --keep-logs /tmp/nat --log-level debug          # logs to read: each fetch at debug level
 """
 
 from __future__ import annotations
@@ -36,12 +38,12 @@ KINDS = ("drop", "reset", "random")
 TARGET_STEP_RATIO = 1.3
 
 
-def run_one(kind: str | None, steps: int, log_dir: Path) -> dict[str, Any]:
+def run_one(kind: str | None, steps: int, log_dir: Path, peer_args: list[str]) -> dict[str, Any]:
     """One swarm: ``kind`` None is the all-public baseline."""
     natted = range(1, PEERS) if kind is not None else range(0)
     nats = {i: Nat(kind) for i in natted} if kind is not None else None
     started = time.monotonic()
-    with Testbed(profile_links("home", PEERS), log_dir, RUN, nats=nats) as bed:
+    with Testbed(profile_links("home", PEERS), log_dir, RUN, peer_args, nats=nats) as bed:
         peers = bed.start()
         for i in natted:
             peers[i].wait_for(lambda e: e.get("event") == "relays" and e["relays"], 180, "a relay")
@@ -56,6 +58,8 @@ def run_one(kind: str | None, steps: int, log_dir: Path) -> dict[str, Any]:
         included = [min(r[s]["included"] for r in rows) for s in range(first, last + 1)]
         identical = all(len({r[s]["weights_hash"] for r in rows}) == 1 for s in range(first, last + 1))
         times = [rows[0][s]["t"] - rows[0][s - 1]["t"] for s in range(first + 1, last + 1)]
+        recv = sum(r[last]["recv_bytes"] - r[first]["recv_bytes"] for r in rows)
+        relayed = sum(r[last]["recv_relayed_bytes"] - r[first]["recv_relayed_bytes"] for r in rows)
         punches = [max((e.get("successes", 0) for e in p.events if e.get("event") == "holepunch"), default=0)
                    for p in peers]
         attempts = [max((e.get("attempts", 0) for e in p.events if e.get("event") == "holepunch"), default=0)
@@ -65,7 +69,8 @@ def run_one(kind: str | None, steps: int, log_dir: Path) -> dict[str, Any]:
         "warmup_s": round(warm, 1), "steps_all_included": sum(1 for c in included if c == PEERS),
         "identical_hashes": identical, "step_s_median": round(statistics.median(times), 3),
         "step_s_max": round(max(times), 3), "holepunch_successes": sum(punches),
-        "holepunch_attempts": sum(attempts),
+        "holepunch_attempts": sum(attempts), "payload_bytes_received": recv,
+        "payload_relayed_share": round(relayed / recv, 3) if recv else 0.0,
     }
 
 
@@ -74,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS), help="NAT kinds to run (drop, reset, random)")
     ap.add_argument("--steps", type=int, default=10, help="steps recorded after the warm-up")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "nat.json")
+    ap.add_argument("--keep-logs", type=Path, default=None,
+                    help="keep each swarm's daemon logs under this folder (one subfolder per kind)")
+    ap.add_argument("--log-level", default="info", help="the daemons' --log-level (debug shows each fetch)")
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     if any(k not in KINDS for k in kinds) or not 2 <= args.steps <= 100:
@@ -87,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     for kind in [None, *kinds]:
         with tempfile.TemporaryDirectory(prefix="nat-bench-") as tmp:
+            log_dir = Path(tmp) if args.keep_logs is None else args.keep_logs / (kind or "public")
             try:
-                row = run_one(kind, args.steps, Path(tmp))
+                row = run_one(kind, args.steps, log_dir, ["--log-level", args.log_level])
             except (PeerWaitError, BenchError) as exc:
                 row = {"nat": kind or "none", "error": str(exc)[:500]}
         runs.append(row)

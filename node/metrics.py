@@ -112,6 +112,11 @@ class NodeMetrics:
         self._received = Counter(
             f"{PREFIX}_payload_received_bytes", "Payload bytes received from peers", registry=r
         )
+        self._received_relayed = Counter(
+            f"{PREFIX}_payload_received_relayed_bytes",
+            "Of the payload bytes received, those that came over a relayed connection (no direct path)",
+            registry=r,
+        )
         self._tokens = Counter(f"{PREFIX}_tokens", "Training tokens processed by this node", registry=r)
         self._step_seconds = Histogram(
             f"{PREFIX}_step_seconds", "Wall time of a whole step", registry=r, buckets=_SECONDS_BUCKETS
@@ -219,9 +224,11 @@ class NodeMetrics:
         *,
         step_seconds: float | None = None,
         tokens: int = 0,
+        relayed_bytes: int = 0,
     ) -> None:
         """Record one finished step. ``loss`` may be NaN (a diverged run must show up, not be hidden);
-        ``step_seconds`` defaults to the sum of the phases."""
+        ``step_seconds`` defaults to the sum of the phases; ``relayed_bytes`` is the part of
+        ``received_bytes`` that crossed a relay."""
         _count("step", step)
         if isinstance(loss, bool) or not isinstance(loss, int | float):
             raise MetricsError("loss", f"must be a number, got {loss!r}")
@@ -235,6 +242,7 @@ class NodeMetrics:
         self._step_seconds.observe(total)
         self._sent.inc(_count("sent_bytes", sent_bytes))
         self._received.inc(_count("received_bytes", received_bytes))
+        self._received_relayed.inc(_count("relayed_bytes", relayed_bytes))
         self._tokens.inc(_count("tokens", tokens))
 
     def last_step_seconds(self, seconds: float) -> None:

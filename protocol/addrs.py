@@ -9,6 +9,7 @@ so callers handle exactly one type.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
@@ -127,3 +128,29 @@ def same_lan(addr: Multiaddr, ip: str) -> bool:
     if mine.version != theirs.version:
         return False
     return theirs in ipaddress.ip_network(f"{mine}/{24 if mine.version == 4 else 64}", strict=False)
+
+
+def worth_dialing(addrs: Iterable[Multiaddr], own: Iterable[Multiaddr], *, circuits: bool) -> bool:
+    """Whether a peer we hold no connection to could be reached at ``addrs``: a circuit address (when we
+    can dial those), a public one, or a private-range one on the LAN of one of our ``own`` addresses.
+    Anything else is somebody else's LAN: dialing it only waits out the dial timeout (issue 15). Listening on
+    all interfaces (0.0.0.0) we cannot tell our LAN, so every private address then counts."""
+    own_ips = [ip for ip in (_ip_of(a) for a in own) if ip is not None]
+    anywhere = any(ipaddress.ip_address(ip).is_unspecified for ip in own_ips)
+    for addr in addrs:
+        if is_circuit(addr):
+            if circuits:
+                return True
+        elif anywhere or not is_private(addr) or any(same_lan(addr, ip) for ip in own_ips):
+            return True
+    return False
+
+
+def _ip_of(addr: Multiaddr) -> str | None:
+    names = [p.name for p in addr.protocols()]
+    if not names or names[0] not in ("ip4", "ip6"):
+        return None
+    try:
+        return str(ipaddress.ip_address(str(addr.value_for_protocol(names[0]))))
+    except ValueError:
+        return None

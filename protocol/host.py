@@ -25,7 +25,15 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
 
-from .addrs import is_circuit, is_private, parse_multiaddr, same_lan, split_peer_addr, with_peer_id
+from .addrs import (
+    is_circuit,
+    is_private,
+    parse_multiaddr,
+    same_lan,
+    split_peer_addr,
+    with_peer_id,
+    worth_dialing,
+)
 from .circuits import DialsCircuits, Kind, connection_kind
 from .connections import ConnectionWatch, prune_closed
 from .discovery import PeerDiscovery
@@ -112,6 +120,11 @@ class P2PHost:
         """Whether our connection to ``peer_id`` is direct (hole-punched included), relayed only, or none:
         whom a payload fetcher should ask first."""
         return connection_kind(self._host, peer_id)
+
+    def worth_dialing(self, peer_id: ID) -> bool:
+        """Whether a peer we hold no connection to has an address we could reach (addrs.worth_dialing)."""
+        return worth_dialing(self.peer_book.addrs(peer_id), self.transport_addrs(),
+                             circuits=self._circuits is not None)
 
     def advertise_confirmed(self, addrs: Sequence[Multiaddr]) -> None:
         """Advertise addresses that dial-back probes confirmed (a UPnP mapping, a forwarded port), ahead of

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol
@@ -30,20 +30,18 @@ from libp2p.peer.id import ID
 
 from .errors import (
     BadRequestError,
-    FetchFailedError,
     HashMismatchError,
     MalformedReplyError,
     PayloadNotFoundError,
     PayloadTooLargeError,
     RemoteBusyError,
-    StoreError,
     TransferError,
-    TransportError,
 )
+from .fetch_plan import PlanConfig
 from .host import P2PHost
 from .pieces import RootHasher
 from .rpc import client_stream
-from .store import DIGEST_BYTES, PayloadStore
+from .store import DIGEST_BYTES
 from .wire import READ_CHUNK, ByteReader, ShortReadError, read_exactly, reply_within, reset_quietly
 
 logger = logging.getLogger(__name__)
@@ -131,15 +129,28 @@ class TransferConfig:
     serve_timeout: float = 120.0
     max_concurrent_uploads: int = 8
     # A holder that has not even answered the request after this long is raced by the next one (it keeps
-    # its chance until attempt_timeout); one that answers and sends is never raced. See fetch_payload.
+    # its chance until attempt_timeout); one that answers and sends is never raced. See fetch_plan.py.
     hedge_after: float = 2.0
+    # A holder other than the author that answered NOT_FOUND is asked again this many times, first after
+    # not_found_backoff seconds, then every 2 x that (0.1 + 9 x 0.2 = 1.9 s), before relayed holders start
+    # (and on while another attempt runs; fetch_plan.py): a public peer is usually pulling a NAT'd author's
+    # payload at that moment.
+    not_found_retries: int = 10
+    not_found_backoff: float = 0.1
 
     def __post_init__(self) -> None:
         if self.max_payload_bytes < 1 or self.max_concurrent_uploads < 1:
             raise ValueError("TransferConfig sizes and counts must be >= 1")
-        for name in ("attempt_timeout", "request_timeout", "serve_timeout", "hedge_after"):
+        if self.not_found_retries < 0:
+            raise ValueError("TransferConfig.not_found_retries must be >= 0")
+        for name in ("attempt_timeout", "request_timeout", "serve_timeout", "hedge_after",
+                     "not_found_backoff"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TransferConfig.{name} must be > 0")
+
+    def plan(self) -> PlanConfig:
+        return PlanConfig(hedge_after=self.hedge_after, not_found_retries=self.not_found_retries,
+                          not_found_backoff=self.not_found_backoff)
 
 
 class PayloadServer:
@@ -282,77 +293,3 @@ def order_holders(own_id: ID, payload_hash: bytes, holders: Iterable[ID]) -> lis
     unique = {h for h in holders if h != own_id}
     own = own_id.to_bytes()
     return sorted(unique, key=lambda h: hashlib.sha256(own + h.to_bytes() + payload_hash).digest())
-
-
-async def fetch_payload(
-    host: P2PHost,
-    request: PayloadRequest,
-    holders: Sequence[ID],
-    *,
-    store: PayloadStore | None = None,
-    config: TransferConfig | None = None,
-    expected_size: int | None = None,
-    spread: bool = True,
-) -> bytes:
-    """Get a payload from the local store or the first holder that delivers verified bytes.
-
-    ``spread=True`` reorders ``holders`` with ``order_holders``; ``False`` keeps the caller's preference
-    order. On success the payload is added to ``store`` (when given), so this peer serves it from then on.
-    Raises FetchFailedError listing each holder's typed error when none delivered.
-    """
-    if store is not None:
-        cached = store.get(request.step, request.payload_hash)
-        if cached is not None:
-            return cached
-    order = (
-        order_holders(host.peer_id, request.payload_hash, holders)
-        if spread
-        else list(dict.fromkeys(h for h in holders if h != host.peer_id))
-    )
-    data, attempts = await _race(host, request, order, config or TransferConfig(), expected_size)
-    if data is None:
-        raise FetchFailedError(request.payload_hash, attempts)
-    if store is not None and request.run_id == store.run_id:
-        try:
-            store.put_verified(request.step, request.payload_hash, data)
-        except StoreError as exc:
-            logger.debug("fetched payload not kept for serving: %s", exc)
-    return data
-
-
-async def _race(host: P2PHost, request: PayloadRequest, order: Sequence[ID], cfg: TransferConfig,
-                expected_size: int | None) -> tuple[bytes | None, list[tuple[str, TransportError]]]:
-    """Holders in order, one at a time, except that a holder silent for ``hedge_after`` is raced by the next.
-
-    Why: a holder behind a cut link (a partition, a peer whose process hangs) never answers, and waiting out
-    its ``attempt_timeout`` before asking the next one stalled a peer that had missed only the payloads
-    of the cut-off side although its neighbours held them: the step could not be applied, so its next
-    payload never came, and a swarm whose quorum needed it stalled with it (the namespace partition test, a
-    3/2 split, stood still for 20 s). A holder that answered is sending: it is not raced, so a slow link
-    costs no second download. The first verified body wins and cancels the rest.
-    """
-    attempts: list[tuple[str, TransportError]] = []
-    won: list[bytes] = []
-    async with trio.open_nursery() as nursery:
-
-        async def attempt(peer_id: ID, answered: trio.Event, ended: trio.Event) -> None:
-            try:
-                data = await fetch_from(host, peer_id, request, config=cfg, expected_size=expected_size,
-                                        answered=answered)
-            except TransportError as exc:
-                logger.debug("fetch of %s from %s failed: %r", request.payload_hash.hex()[:16], peer_id, exc)
-                attempts.append((str(peer_id), exc))
-            else:
-                won.append(data)
-                nursery.cancel_scope.cancel()
-            finally:
-                ended.set()
-
-        for peer_id in order:
-            answered, ended = trio.Event(), trio.Event()
-            nursery.start_soon(attempt, peer_id, answered, ended)
-            with trio.move_on_after(cfg.hedge_after):
-                await ended.wait()
-            if answered.is_set():
-                await ended.wait()
-    return (won[0] if won else None), attempts

@@ -15,9 +15,11 @@ from distro_node.compression.errors import PayloadError
 from distro_node.protocol.circuits import Kind
 from distro_node.protocol.consensus import FetchPayload
 from distro_node.protocol.errors import FetchFailedError, PayloadNotFoundError, TransportError
+from distro_node.protocol.fetch_plan import Route
 from distro_node.protocol.host import P2PHost
+from distro_node.protocol.payload_fetch import pull_payload
 from distro_node.protocol.store import PayloadStore
-from distro_node.protocol.transfer import PayloadRequest, TransferConfig, fetch_payload
+from distro_node.protocol.transfer import PayloadRequest, TransferConfig
 from libp2p.peer.id import ID
 
 from .output import Output
@@ -37,14 +39,22 @@ class FetchResult(enum.Enum):
     DENIED = "denied"  # no holder delivered, and the author said it does not hold its own payload
 
 
-_PATH_RANK = {Kind.DIRECT: 0, Kind.RELAYED: 1, Kind.NONE: 2}
+_ROUTE = {Kind.DIRECT: Route.DIRECT, Kind.RELAYED: Route.RELAYED}
 
 
-def by_path(holders: list[ID], kind: Callable[[ID], Kind]) -> list[ID]:
-    """Holders over a direct connection first, then relayed ones, then those we hold no connection to (a
-    dial that may time out), each group in the given order: a payload crosses a relay only when no direct
-    holder has it, and a NAT'd origin behind a relay is asked after a public peer that already fetched it."""
-    return sorted(holders, key=lambda h: _PATH_RANK[kind(h)])
+def routes(holders: list[ID], kind: Callable[[ID], Kind],
+           dialable: Callable[[ID], bool]) -> list[tuple[ID, Route]]:
+    """Each holder with how we reach it (the fetch plan asks direct ones first, then relayed ones, then those
+    to dial), in the given order; one we hold no connection to and have no address worth dialing for is
+    left out, so it costs no dial timeout (a NAT'd peer known only by its private address)."""
+    out: list[tuple[ID, Route]] = []
+    for h in holders:
+        k = kind(h)
+        if k in _ROUTE:
+            out.append((h, _ROUTE[k]))
+        elif dialable(h):
+            out.append((h, Route.DIAL))
+    return out
 
 
 class Fetcher:
@@ -95,20 +105,26 @@ class Fetcher:
     async def _fetch_once(self, a: FetchPayload, key: PayloadKey) -> FetchResult:
         preferred = [ID.from_base58(s) for s in a.sources]
         others = sorted(self._host.member_peers() - set(preferred), key=str)
-        holders = by_path([*preferred, *others], self._host.connection_kind)
+        holders = routes([*preferred, *others], self._host.connection_kind, self._host.worth_dialing)
         cached = self._store.get(a.step, a.payload_hash)
+        holder: ID | None = None
         try:
-            data = cached if cached is not None else await fetch_payload(
-                self._host, PayloadRequest(self._run_id, a.step, a.payload_hash), holders,
-                store=self._store, config=self._config, expected_size=a.payload_size, spread=False)
+            if cached is not None:
+                data = cached
+            else:
+                got = await pull_payload(
+                    self._host, PayloadRequest(self._run_id, a.step, a.payload_hash), holders,
+                    author=ID.from_base58(a.peer_id), store=self._store, config=self._config,
+                    expected_size=a.payload_size)
+                data, holder = got.data, got.holder
         except TransportError as exc:
             logger.debug("fetch failed: %s", exc)
             attempts = exc.attempts if isinstance(exc, FetchFailedError) else []
             if any(peer == a.peer_id and isinstance(err, PayloadNotFoundError) for peer, err in attempts):
                 return FetchResult.DENIED
             return FetchResult.FAILED
-        if cached is None:
-            self._counters.received += len(data)
+        if holder is not None:
+            self._counters.received_via(len(data), relayed=self._host.connection_kind(holder) is Kind.RELAYED)
         try:
             payload = await trio.to_thread.run_sync(self._trainer.decode, data, a.peer_id, a.step,
                                                     limiter=self._decode_limit)

@@ -25,6 +25,12 @@ class ByteCounters:
     def __init__(self) -> None:
         self.sent = 0
         self.received = 0
+        self.received_relayed = 0  # of ``received``: bytes that came over a relayed connection
+
+    def received_via(self, count: int, *, relayed: bool) -> None:
+        self.received += count
+        if relayed:
+            self.received_relayed += count
 
 
 class CountingStore:

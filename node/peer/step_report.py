@@ -31,6 +31,7 @@ class Applied:
     epoch: int
     sent_bytes: int
     recv_bytes: int
+    recv_relayed_bytes: int  # of recv_bytes, what came over relayed connections
     payload_bytes: int
     overlapped: bool
     round_s: float
@@ -105,6 +106,7 @@ class StepReporter:
             self_included=any(p == self._self_id for p, _ in entries),
             warming=len(facts.decided.warming), leader=facts.decided.leader, epoch=facts.decided.epoch,
             sent_bytes=self._counters.sent, recv_bytes=self._counters.received,
+            recv_relayed_bytes=self._counters.received_relayed,
             payload_bytes=facts.payload_bytes, overlapped=facts.overlapped,
             round_s=round(facts.decided_at - facts.announced, 4),
             step_s=round(trio.current_time() - facts.started, 4),
@@ -115,7 +117,8 @@ class StepReporter:
         t = self._telemetry
         if t is not None:
             t.step(report.step, report.loss, facts.phases, sent_total=report.sent_bytes,
-                   received_total=report.recv_bytes, step_seconds=report.step_s, peers=report.roster,
+                   received_total=report.recv_bytes, relayed_total=report.recv_relayed_bytes,
+                   step_seconds=report.step_s, peers=report.roster,
                    complete=report.included >= report.roster)
             t.agreement(self._announcements.by_hash(report.step), facts.own_hash, self._self_id)
         row = report.event_fields()

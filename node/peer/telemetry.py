@@ -32,6 +32,7 @@ class Telemetry:
         self.tokens_per_step = tokens_per_step
         self._sent = 0
         self._received = 0
+        self._relayed = 0
         self._last_loss = float("nan")
         self._sources: tuple[Callable[[], Mapping[str, int]], Callable[[], int]] = (dict, int)
         self._refusals: Callable[[], Mapping[str, int]] = dict
@@ -68,6 +69,7 @@ class Telemetry:
         *,
         sent_total: int,
         received_total: int,
+        relayed_total: int = 0,
         step_seconds: float,
         peers: int,
         complete: bool,
@@ -80,14 +82,16 @@ class Telemetry:
                 merged[label] = merged.get(label, 0.0) + max(0.0, seconds)
         m = self.metrics
         sent, received = max(0, sent_total - self._sent), max(0, received_total - self._received)
+        relayed = max(0, relayed_total - self._relayed)
         self._sent, self._received = max(self._sent, sent_total), max(self._received, received_total)
+        self._relayed = max(self._relayed, relayed_total)
         # A step we applied without computing (catching up) has no loss of ours: repeat the last one, since
         # a NaN here would read as divergence on the dashboard.
         if loss is not None:
             self._last_loss = loss
         tokens = self.tokens_per_step if loss is not None else 0
         m.observe_step(step, self._last_loss, merged, sent, received, step_seconds=max(0.0, step_seconds),
-                       tokens=tokens)
+                       tokens=tokens, relayed_bytes=relayed)
         self._tokens += tokens
         self.data.tokens_seen(self._tokens)
         m.set_peers(peers)

@@ -36,6 +36,7 @@ REQUIRED = {
     "distro_vote_quorum",
     "distro_payload_sent_bytes_total",
     "distro_payload_received_bytes_total",
+    "distro_payload_received_relayed_bytes_total",
     "distro_step_phase_seconds",
     "distro_payloads_rejected_total",
     "distro_peers_banned_total",
@@ -52,7 +53,8 @@ ALLOWED_LABELS = {"phase": set(PHASES), "reason": set(REASONS) | set(GOSSIP_REAS
 
 def busy_metrics() -> NodeMetrics:
     metrics = NodeMetrics()
-    metrics.observe_step(7, 3.25, {"compute": 0.5, "exchange": 0.25, "apply": 0.01}, 1200, 8400, tokens=512)
+    metrics.observe_step(7, 3.25, {"compute": 0.5, "exchange": 0.25, "apply": 0.01}, 1200, 8400, tokens=512,
+                         relayed_bytes=300)
     metrics.set_peers(8)
     metrics.set_trust(2, 6)
     metrics.rejected("duplicate_index")
@@ -82,6 +84,7 @@ def test_exposition_parses_and_holds_the_observed_values() -> None:
     assert value[("distro_faults_tolerated", ())] == 2 and value[("distro_vote_quorum", ())] == 6
     assert value[("distro_payload_sent_bytes_total", ())] == 1200
     assert value[("distro_payload_received_bytes_total", ())] == 8400
+    assert value[("distro_payload_received_relayed_bytes_total", ())] == 300
     assert value[("distro_tokens_total", ())] == 512
     assert value[("distro_connections", (("kind", "relayed"),))] == 3
     assert value[("distro_connections", (("kind", "punched"),))] == 1

@@ -13,14 +13,16 @@ from distro_node.node.peer.step_report import Abandoned, Applied, Resync, StepRe
 # The `step` event's fields as the daemon printed them before the result was typed (tests, `swarm` and the
 # benches read them by name; the order is the JSON line's).
 EVENT_FIELDS = ["step", "loss", "included", "roster", "self_included", "warming", "leader", "epoch",
-                "sent_bytes", "recv_bytes", "payload_bytes", "overlapped", "round_s", "step_s", "wait_s",
+                "sent_bytes", "recv_bytes", "recv_relayed_bytes", "payload_bytes", "overlapped", "round_s",
+                "step_s", "wait_s",
                 "phases", "weights_hash", "agreement_min", "banned"]
 
 
 def _applied() -> Applied:
     return Applied(step=7, loss=2.5, included=3, roster=4, self_included=True, warming=1, leader="p1",
-                   epoch=0, sent_bytes=10, recv_bytes=20, payload_bytes=5, overlapped=False, round_s=0.5,
-                   step_s=1.25, wait_s=0.25, phases={"compute": 0.5, "apply": 0.125}, weights_hash="ab" * 32,
+                   epoch=0, sent_bytes=10, recv_bytes=20, recv_relayed_bytes=0, payload_bytes=5,
+                   overlapped=False, round_s=0.5, step_s=1.25,
+                   wait_s=0.25, phases={"compute": 0.5, "apply": 0.125}, weights_hash="ab" * 32,
                    agreement_min=None, banned=0)
 
 

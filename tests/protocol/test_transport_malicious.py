@@ -14,6 +14,7 @@ from distro_node.protocol.errors import (
     PayloadTooLargeError,
 )
 from distro_node.protocol.host import P2PHost
+from distro_node.protocol.payload_fetch import fetch_payload
 from distro_node.protocol.store import PayloadStore, payload_digest
 from distro_node.protocol.testing import WAIT, start_hosts
 from distro_node.protocol.transfer import (
@@ -23,7 +24,6 @@ from distro_node.protocol.transfer import (
     Status,
     TransferConfig,
     fetch_from,
-    fetch_payload,
     read_request,
 )
 from libp2p.abc import INetStream

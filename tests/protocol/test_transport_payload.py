@@ -15,6 +15,7 @@ from distro_node.protocol.errors import (
     PayloadTooLargeError,
 )
 from distro_node.protocol.host import P2PHost
+from distro_node.protocol.payload_fetch import fetch_payload
 from distro_node.protocol.store import PayloadStore, payload_digest
 from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
 from distro_node.protocol.transfer import (
@@ -22,7 +23,6 @@ from distro_node.protocol.transfer import (
     PayloadServer,
     TransferConfig,
     fetch_from,
-    fetch_payload,
     order_holders,
 )
 
