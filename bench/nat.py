@@ -4,8 +4,8 @@ Why a bench rather than a test: each configuration runs four real daemons for mi
 needs the founder confirmed public first, ~50 s), and its figures (steps with every peer included, step
 times, hole punches that worked) are measurements to compare, not a yes/no. Per NAT kind (drop, reset,
 random source ports) it starts one public founder and three peers behind that kind of router, all on
-`home` links (100/10 Mbit), waits until every NAT'd peer holds a relay reservation, then records
-``--steps`` steps; the baseline is the same swarm with every peer public (what port forwarding gives).
+`home` links (100/10 Mbit), waits until every NAT'd peer holds a relay reservation and every peer has its
+reachability verdict (the dial-back probes are over), then records ``--steps`` steps; the baseline is the same swarm with every peer public (what port forwarding gives).
 ``payload_relayed_share``: of the payload bytes all peers received over those steps, the part that came over
 a relayed connection. Writes bench/results/nat.json. Needs root, ip, tc and nft.
 
@@ -47,6 +47,11 @@ def run_one(kind: str | None, steps: int, log_dir: Path, peer_args: list[str]) -
         peers = bed.start()
         for i in natted:
             peers[i].wait_for(lambda e: e.get("event") == "relays" and e["relays"], 180, "a relay")
+        # Warm-up ends when every peer also has its reachability verdict: until then dial-back probes run,
+        # and steps measured among them (all swarms alike) were up to 3x slower than the ones after.
+        for p in peers:
+            p.wait_for(lambda e: e.get("event") == "reachability", 180, "a reachability verdict")
+        warm = time.monotonic() - started
         warm = time.monotonic() - started
         for p in peers:
             p.poll_events()
