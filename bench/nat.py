@@ -5,7 +5,8 @@ needs the founder confirmed public first, ~50 s), and its figures (steps with ev
 times, hole punches that worked) are measurements to compare, not a yes/no. Per NAT kind (drop, reset,
 random source ports) it starts one public founder and three peers behind that kind of router, all on
 `home` links (100/10 Mbit), waits until every NAT'd peer holds a relay reservation and every peer has its
-reachability verdict (the dial-back probes are over), then records ``--steps`` steps; the baseline is the same swarm with every peer public (what port forwarding gives).
+reachability verdict (the dial-back probes are over), then records ``--steps`` steps; the baseline is the
+same swarm with every peer public (what port forwarding gives).
 ``payload_relayed_share``: of the payload bytes all peers received over those steps, the part that came over
 a relayed connection. Writes bench/results/nat.json. Needs root, ip, tc and nft.
 

@@ -6,10 +6,11 @@ hosts the same way without importing from a conftest.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
+import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 
 from .host import HostConfig, P2PHost, open_host
@@ -42,3 +43,18 @@ async def connect_all_to(hosts: list[P2PHost], seed: P2PHost) -> None:
     for h in hosts:
         if h is not seed:
             await h.bootstrap([target])
+
+
+class NotWithinError(AssertionError):
+    """A condition a test waited for did not hold in time (an AssertionError, so pytest reports it as one)."""
+
+
+async def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT,
+                     poll: float = 0.05) -> None:
+    """Until ``condition()`` holds, looking every ``poll`` seconds; NotWithinError naming ``what`` after
+    ``timeout``. For state that changes without an event to wait on (a router's mesh at its heartbeat)."""
+    with trio.move_on_after(timeout):
+        while not condition():
+            await trio.sleep(poll)
+    if not condition():
+        raise NotWithinError(f"not within {timeout:g}s: {what}")

@@ -5,8 +5,6 @@ is used as any other."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import trio
 from distro_node.protocol.circuits import Kind
@@ -14,18 +12,10 @@ from distro_node.protocol.gossip import GossipConfig, open_gossip
 from distro_node.protocol.gossip_router import RunRouter
 from distro_node.protocol.relay_client import RelayClient
 from distro_node.protocol.relay_service import open_relay_service
-from distro_node.protocol.testing import WAIT, start_hosts
+from distro_node.protocol.testing import WAIT, start_hosts, wait_until
 
 RUN = bytes.fromhex("ce" * 32)
 CFG = GossipConfig()
-
-
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    with trio.move_on_after(WAIT):
-        while not condition():
-            await trio.sleep(0.05)
-    if not condition():
-        pytest.fail(f"not within {WAIT:g}s: {what}")
 
 
 @pytest.mark.network
@@ -51,7 +41,7 @@ def test_a_relayed_member_gets_our_messages_through_a_direct_one_not_over_the_ci
                     router = chan._pubsub.router
                     assert isinstance(router, RunRouter)
                     mesh = router.mesh[chan.topic]
-                    await _until(lambda: relay.peer_id in mesh, "the direct member in the mesh")
+                    await wait_until(lambda: relay.peer_id in mesh, "the direct member in the mesh")
                     for _ in range(2):  # heartbeats pass: the relayed member never takes a seat
                         await trio.sleep(CFG.heartbeat_interval)
                         assert private.peer_id not in mesh

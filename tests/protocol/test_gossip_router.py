@@ -4,7 +4,7 @@ every member even when the mesh does not hold it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
@@ -12,7 +12,7 @@ import trio
 from distro_node.protocol.gossip import AnnouncementChannel, GossipConfig, open_gossip
 from distro_node.protocol.gossip_router import RunRouter
 from distro_node.protocol.host import P2PHost
-from distro_node.protocol.testing import WAIT, start_hosts
+from distro_node.protocol.testing import WAIT, start_hosts, wait_until
 from libp2p.peer.id import ID
 
 RUN = bytes.fromhex("cd" * 32)
@@ -44,14 +44,6 @@ async def _link(hub: P2PHost, hub_chan: AnnouncementChannel, spokes: list[P2PHos
         await chan.wait_for_subscribers({hub.peer_id}, timeout=WAIT)
 
 
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    with trio.move_on_after(WAIT):
-        while not condition():
-            await trio.sleep(0.05)
-    if not condition():
-        pytest.fail(f"not within {WAIT:g}s: {what}")
-
-
 @pytest.mark.network
 def test_strangers_in_the_mesh_make_way_for_members() -> None:
     async def body() -> None:
@@ -63,9 +55,9 @@ def test_strangers_in_the_mesh_make_way_for_members() -> None:
             router = _router(chans[0])
             mesh = router.mesh[chans[0].topic]
             await _link(hub, chans[0], strangers, chans[1:5])
-            await _until(lambda: len(mesh) >= 2, "the strangers fill the hub's mesh while no member is there")
+            await wait_until(lambda: len(mesh) >= 2, "the strangers fill the hub's mesh, no member there yet")
             await _link(hub, chans[0], members, chans[5:])
-            await _until(lambda: {str(p) for p in mesh} == member_ids, "the members take the whole mesh")
+            await wait_until(lambda: {str(p) for p in mesh} == member_ids, "the members take the whole mesh")
             # The same when one member's GRAFT reached the hub before its heartbeat (likelier on a busy
             # machine): it sits beside two strangers, a mesh of 3 within degree_high, and both make way.
             mesh.clear()
@@ -111,6 +103,6 @@ def test_without_members_named_the_mesh_is_plain_gossipsub() -> None:
         async with hub_with(4, cfg) as (hosts, chans):
             await _link(hosts[0], chans[0], hosts[1:], chans[1:])
             mesh = _router(chans[0]).mesh[chans[0].topic]
-            await _until(lambda: len(mesh) >= 2, "the hub grafts subscribers")
+            await wait_until(lambda: len(mesh) >= 2, "the hub grafts subscribers")
 
     trio.run(body)
