@@ -30,9 +30,7 @@ class Telemetry:
         self.server = MetricsServer(self.metrics.registry, host=host, port=port).start()
         self.dense_bf16_bytes = dense_bf16_bytes
         self.tokens_per_step = tokens_per_step
-        self._sent = 0
-        self._received = 0
-        self._relayed = 0
+        self._bytes_seen: dict[str, int] = {}  # the node's cumulative byte totals, as last reported
         self._last_loss = float("nan")
         self._sources: tuple[Callable[[], Mapping[str, int]], Callable[[], int]] = (dict, int)
         self._refusals: Callable[[], Mapping[str, int]] = dict
@@ -81,10 +79,8 @@ class Telemetry:
             if label in PHASES:
                 merged[label] = merged.get(label, 0.0) + max(0.0, seconds)
         m = self.metrics
-        sent, received = max(0, sent_total - self._sent), max(0, received_total - self._received)
-        relayed = max(0, relayed_total - self._relayed)
-        self._sent, self._received = max(self._sent, sent_total), max(self._received, received_total)
-        self._relayed = max(self._relayed, relayed_total)
+        sent, received, relayed = (self._grown(name, total) for name, total in (
+            ("sent", sent_total), ("received", received_total), ("relayed", relayed_total)))
         # A step we applied without computing (catching up) has no loss of ours: repeat the last one, since
         # a NaN here would read as divergence on the dashboard.
         if loss is not None:
@@ -100,6 +96,12 @@ class Telemetry:
         m.round_closed("complete" if complete else "deadline")
         m.last_step_seconds(step_seconds)
         self._counts()
+
+    def _grown(self, name: str, total: int) -> int:
+        """What a cumulative byte total grew by since the last step (never negative, never counted twice)."""
+        last = self._bytes_seen.get(name, 0)
+        self._bytes_seen[name] = max(last, total)
+        return max(0, total - last)
 
     def payload_sent(self, payload_bytes: int) -> None:
         if payload_bytes > 0:
