@@ -1,5 +1,5 @@
 """Whom one payload fetch asks, in what order and when: a pure plan (time passed in, no I/O) that
-``transfer._race`` carries out.
+``payload_fetch._race`` carries out.
 
 Why a plan apart from the I/O: across NATs the order and the retries decide the step time. A peer behind a
 NAT asks the public founder first (a direct connection); the founder often has not pulled the payload from
