@@ -74,11 +74,8 @@ def is_dialable(transport: Multiaddr) -> bool:
     if len(names) < 2 or names[0] not in _DIALABLE_NET or names[1] != "tcp":
         return False
     if names[0] in ("ip4", "ip6"):
-        try:
-            ip = ipaddress.ip_address(str(transport.value_for_protocol(names[0])))
-        except Exception:
-            return False
-        if ip.is_unspecified or ip.is_multicast:
+        ip = _ip_of(transport)
+        if ip is None or ip.is_unspecified or ip.is_multicast:
             return False
     return True
 
@@ -102,14 +99,8 @@ def circuit_relay(transport: Multiaddr) -> ID | None:
 def is_private(transport: Multiaddr) -> bool:
     """An IP address only its own network can reach (RFC 1918, link-local, CGNAT), loopback excepted:
     advertising it to peers elsewhere only makes them dial somebody else's LAN (issue 15)."""
-    names = [p.name for p in transport.protocols()]
-    if not names or names[0] not in ("ip4", "ip6") or is_circuit(transport):
-        return False
-    try:
-        ip = ipaddress.ip_address(str(transport.value_for_protocol(names[0])))
-    except Exception:
-        return False
-    if ip.is_loopback:
+    ip = _ip_of(transport)
+    if ip is None or is_circuit(transport) or ip.is_loopback:
         return False
     return ip.is_private or ip.is_link_local or ip in _CGNAT
 
@@ -119,13 +110,12 @@ _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 
 def same_lan(addr: Multiaddr, ip: str) -> bool:
     """Whether ``addr``'s IP and ``ip`` share a /24 (IPv4) or /64 (IPv6): a peer on our own LAN."""
-    names = [p.name for p in addr.protocols()]
+    mine = _ip_of(addr)
     try:
-        mine = ipaddress.ip_address(str(addr.value_for_protocol(names[0])))
         theirs = ipaddress.ip_address(ip)
-    except Exception:
+    except ValueError:
         return False
-    if mine.version != theirs.version:
+    if mine is None or mine.version != theirs.version:
         return False
     return theirs in ipaddress.ip_network(f"{mine}/{24 if mine.version == 4 else 64}", strict=False)
 
@@ -136,21 +126,22 @@ def worth_dialing(addrs: Iterable[Multiaddr], own: Iterable[Multiaddr], *, circu
     Anything else is somebody else's LAN: dialing it only waits out the dial timeout (issue 15). Listening on
     all interfaces (0.0.0.0) we cannot tell our LAN, so every private address then counts."""
     own_ips = [ip for ip in (_ip_of(a) for a in own) if ip is not None]
-    anywhere = any(ipaddress.ip_address(ip).is_unspecified for ip in own_ips)
+    anywhere = any(ip.is_unspecified for ip in own_ips)
     for addr in addrs:
         if is_circuit(addr):
             if circuits:
                 return True
-        elif anywhere or not is_private(addr) or any(same_lan(addr, ip) for ip in own_ips):
+        elif anywhere or not is_private(addr) or any(same_lan(addr, str(ip)) for ip in own_ips):
             return True
     return False
 
 
-def _ip_of(addr: Multiaddr) -> str | None:
+def _ip_of(addr: Multiaddr) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP an address starts with; None for a DNS name, a non-IP address or one that does not parse."""
     names = [p.name for p in addr.protocols()]
     if not names or names[0] not in ("ip4", "ip6"):
         return None
     try:
-        return str(ipaddress.ip_address(str(addr.value_for_protocol(names[0]))))
-    except ValueError:
+        return ipaddress.ip_address(str(addr.value_for_protocol(names[0])))
+    except Exception:  # multiaddr raises its own errors for a malformed value
         return None
