@@ -35,13 +35,14 @@ from .pieces_wire import (
     read_message,
     read_open,
 )
-from .swarm_schedule import Decline, pick_to_serve
+from .swarm_schedule import Decline, own_first_copies_left, pick_to_serve
 from .transfer import ServedPayloads
 from .wire import ShortReadError, reply_within, reset_quietly
 
 logger = logging.getLogger(__name__)
 
 _KEPT_LISTS = 64  # piece-hash lists of whole payloads, computed on first request
+_KEPT_OWN = 4  # own payloads whose first copies take precedence (a step's, and an overlapped next one)
 
 
 class PiecesServer:
@@ -57,6 +58,7 @@ class PiecesServer:
         self._sessions = 0
         self._lists: OrderedDict[tuple[int, bytes], list[bytes]] = OrderedDict()
         self._started: OrderedDict[tuple[int, bytes], dict[int, int]] = OrderedDict()
+        self._own: OrderedDict[tuple[int, bytes], None] = OrderedDict()  # our own payloads, newest last
         self.uploaded_bytes = 0
         self.pieces_served = 0
         self.bad_requests = 0
@@ -65,6 +67,22 @@ class PiecesServer:
 
     def install(self) -> None:
         self.host.set_handler(PIECES_PROTOCOL, self._handle)
+
+    def mark_own(self, step: int, root: bytes) -> None:
+        """A payload we authored: while pieces of it that somebody asked for were never sent, requests
+        for other payloads' pieces are answered BUSY (``pick_to_serve``'s ``relay_waits``)."""
+        self._own[(step, root)] = None
+        while len(self._own) > _KEPT_OWN:
+            self._own.popitem(last=False)
+
+    def _relay_waits(self, key: tuple[int, bytes]) -> bool:
+        if key in self._own:
+            return False
+        for own in self._own:
+            held = self._held(*own)
+            if held is not None and own_first_copies_left(self._started.get(own), piece_count(held[0])):
+                return True
+        return False
 
     async def _handle(self, stream: INetStream) -> None:
         try:
@@ -193,7 +211,8 @@ class PiecesServer:
         while len(self._started) > _KEPT_LISTS:
             self._started.popitem(last=False)
         got = Decline.NOT_HELD if held is None else pick_to_serve(
-            choices, held[1], started, uploading=self.uploads_in_progress, slots=self.config.upload_slots)
+            choices, held[1], started, uploading=self.uploads_in_progress, slots=self.config.upload_slots,
+            relay_waits=self._relay_waits(key))
         data = None if isinstance(got, Decline) else self._piece_bytes(*key, got)
         if isinstance(got, Decline) or data is None:
             if got is Decline.BUSY:

@@ -28,6 +28,7 @@ from distro_node.protocol.swarm_schedule import (
     Failure,
     PieceScheduler,
     ScheduleConfig,
+    own_first_copies_left,
     pick_to_serve,
 )
 
@@ -190,8 +191,10 @@ class _Exchange:
 
     def _serve(self, fetcher: int, author: int, holder: int, rid: int, candidates: tuple[int, ...]) -> None:
         started = self.started[holder].setdefault(author, {})
+        waits = author != holder and own_first_copies_left(self.started[holder].get(holder),
+                                                            piece_count(self.spec.payload_bytes))
         got = pick_to_serve(candidates, self.have[holder].get(author, set()), started,
-                            uploading=self.uploading[holder], slots=self.spec.upload_slots)
+                            uploading=self.uploading[holder], slots=self.spec.upload_slots, relay_waits=waits)
         reply_at = self.net.now + self.spec.latency
         if isinstance(got, Decline):
             why = Failure.BUSY if got is Decline.BUSY else Failure.GONE

@@ -20,6 +20,7 @@ from distro_node.protocol.partials import PartialPayloads
 from distro_node.protocol.pieces import PIECE_BYTES, piece_count, piece_hashes, piece_span
 from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import (
+    PIECE_HEADER,
     PIECES_PROTOCOL,
     Kind,
     Message,
@@ -208,5 +209,49 @@ def test_server_answers_malformed_and_unknown_requests_with_a_status() -> None:
                 with pytest.raises(Exception):  # noqa: B017 (reset or EOF, whichever py-libp2p raises)
                     assert await stream.read(1) == b""
                     await stream.read(1)
+
+    trio.run(body)
+
+
+async def _exactly(stream: INetStream, n: int) -> bytes:
+    out = b""
+    for _ in range(n + 1):  # bounded: every read returns at least a byte or raises
+        if len(out) == n:
+            break
+        out += await stream.read(n - len(out))
+    return out
+
+
+async def _ask_piece(stream: INetStream, index: int) -> Status:
+    """One PIECE request on an open session; a piece sent is read to its end."""
+    await stream.write(Message(Kind.PIECE, choices=(index,)).encode())
+    status = Status((await _exactly(stream, 1))[0])
+    if status is Status.OK:
+        _, length = PIECE_HEADER.unpack(await _exactly(stream, PIECE_HEADER.size))
+        assert len(await _exactly(stream, length)) == length
+    return status
+
+
+@pytest.mark.network
+def test_own_first_copies_are_sent_before_relaying_another_payload() -> None:
+    async def body() -> None:
+        async with swarm(2) as ((a, b), (sa, _)):
+            own_root = sa.store.put(5, os.urandom(SIZE))
+            other_root = sa.store.put(5, os.urandom(SIZE))
+            sa.mark_own(5, own_root)
+            with trio.fail_after(WAIT):
+                sessions = {}
+                for root in (other_root, own_root):
+                    stream = await b.open_stream(a.peer_id, PIECES_PROTOCOL)
+                    await stream.write(SessionOpen(RUN, 5, root).encode())
+                    assert await _exactly(stream, 1) == bytes([Status.OK])
+                    sessions[root] = stream
+                relay, mine = sessions[other_root], sessions[own_root]
+                assert await _ask_piece(relay, 0) is Status.OK  # nobody asked for ours yet
+                assert await _ask_piece(mine, 0) is Status.OK
+                assert await _ask_piece(relay, 1) is Status.BUSY  # ours has pieces nobody holds
+                for i in range(1, piece_count(SIZE)):
+                    assert await _ask_piece(mine, i) is Status.OK
+                assert await _ask_piece(relay, 1) is Status.OK  # every piece of ours went out once
 
     trio.run(body)

@@ -10,6 +10,7 @@ from distro_node.protocol.swarm_schedule import (
     Failure,
     PieceScheduler,
     ScheduleConfig,
+    own_first_copies_left,
     pick_to_serve,
 )
 
@@ -107,6 +108,18 @@ def test_pick_to_serve_prefers_first_copies_and_no_repeat_while_busy() -> None:
     assert pick_to_serve([3], range(12), {3: 1}, uploading=1, slots=2) is Decline.BUSY
     assert pick_to_serve([0], [0], {0: 1}, uploading=1, slots=2) == 0  # a one-piece payload
     assert pick_to_serve([3], range(12), {3: 1}, uploading=0, slots=2) == 3  # idle: a repeat is fine
+
+
+def test_own_first_copies_come_before_relaying() -> None:
+    assert not own_first_copies_left(None, 12)  # nobody asked for our payload (left out of the list)
+    assert own_first_copies_left({}, 12)
+    assert own_first_copies_left({i: 1 for i in range(11)}, 12)
+    assert own_first_copies_left({0: 0, 1: 3}, 2)  # a piece counted but never started
+    assert not own_first_copies_left({i: 1 for i in range(12)}, 12)
+    # A relay request is declined while they wait, even on an idle uplink; what it does not hold stays
+    # NOT_HELD (the fetcher drops us for that payload rather than retrying).
+    assert pick_to_serve([3, 4], range(12), {}, uploading=0, slots=2, relay_waits=True) is Decline.BUSY
+    assert pick_to_serve([3], [0], {}, uploading=0, slots=2, relay_waits=True) is Decline.NOT_HELD
 
 
 def test_config_refuses_nonsense() -> None:
