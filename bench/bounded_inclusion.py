@@ -30,6 +30,8 @@ def _config(k: int, args: argparse.Namespace) -> ExperimentConfig:
     settings: dict[str, Any] = {"schedule": schedule}
     if args.overlapped:
         settings["overlapped"] = True
+    if args.topk:
+        settings["topk"] = args.topk
     return ExperimentConfig(
         preset=args.preset, strategy="distro", settings=settings, peers=args.peers, steps=args.steps,
         batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, eval_batches=args.eval_batches,
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=8e-3,
                         help="peak lr, cosine with 10%% warmup (default 8e-3: convergence.json's best for "
                              "DisTrO's default)")
+    parser.add_argument("--topk", type=int, default=0,
+                        help="DisTrO coefficients kept per chunk (default 0: the strategy's own default)")
     parser.add_argument("--overlapped", action="store_true", help="DisTrO's overlapped order")
     parser.add_argument("--seed", type=int, default=0, help="model init and run seed (default 0)")
     parser.add_argument("--eval-batches", type=int, default=16, help="held-out batches (default 16)")
