@@ -100,6 +100,7 @@ async def fetch_swarm(host: P2PHost, request: SwarmRequest, holders: Sequence[ID
         await run.run(order, set(complete))
     data = run.result()
     if data is None:
+        logger.debug("swarm fetch of %s gave up: %s", request.root.hex()[:16], run.describe())
         raise FetchFailedError(request.root, run.errors)
     try:
         store.put_verified(request.step, request.root, data)
@@ -108,6 +109,9 @@ async def fetch_swarm(host: P2PHost, request: SwarmRequest, holders: Sequence[ID
     finally:
         partials.close(request.step, request.root)
     return data
+
+
+_STALL_LOG_AFTER = 10.0  # seconds without a new piece before a fetch logs where it stands (debug)
 
 
 class _Lost(Exception):
@@ -152,6 +156,23 @@ class _Fetch:
             self.partials.close(self.request.step, self.request.root)
         return None
 
+    def describe(self) -> str:
+        """Where a fetch that gave up stood: what it missed, and each holder's lane and schedule."""
+        sched = self.sched
+        if sched is None:
+            over = sum(lane.over for lane in self.lanes.values())
+            return f"no piece list; lanes over: {over}/{len(self.lanes)}"
+        parts = [f"now {trio.current_time():.1f} missing {sched.missing_pieces()}"]
+        for name, lane in self.lanes.items():
+            h = sched.holders.get(name)
+            held = "-" if h is None else f"{len(h.pieces)} pieces, dropped={h.dropped}, rate={h.rate}"
+            flight = [(r.holder[-6:], r.candidates, r.piece, round(r.sent_at, 1))
+                      for r in sched._requests.values() if r.holder == name]
+            parts.append(f"{name[-6:]}: over={lane.over} pending={lane.pending} "
+                         f"current={lane.current} known={lane.known} ({held}, resting_until="
+                         f"{None if h is None else round(h.resting_until, 1)}, in flight {flight})")
+        return "; ".join(parts)
+
     def poke(self) -> None:
         self._changed.set()
 
@@ -173,12 +194,25 @@ class _Fetch:
         sched = self.sched
         if sched is None:
             return
+        progress, since = len(sched.have), trio.current_time()
         while not sched.complete:
             now = trio.current_time()
+            if len(sched.have) != progress:
+                progress, since = len(sched.have), now
+            elif now - since > _STALL_LOG_AFTER:
+                logger.debug("swarm fetch of %s stalled: %s", self.request.root.hex()[:16], self.describe())
+                since = now
             for rid in sched.overdue(now):
+                held = False
                 for lane in self.lanes.values():
-                    if lane.current is not None and lane.current.id == rid and lane.scope is not None:
-                        lane.scope.cancel()
+                    if lane.current is not None and lane.current.id == rid:
+                        held = True
+                        if lane.scope is not None:
+                            lane.scope.cancel()
+                    elif lane.pending is not None and lane.pending.id == rid:
+                        held = True
+                if not held:  # no session carries it any more: free its pieces for the other holders
+                    sched.request_failed(rid, now, Failure.LOST)
             for req in sched.next_requests(now):
                 lane = self.lanes[req.holder]
                 lane.pending = req
@@ -199,8 +233,7 @@ class _Fetch:
                 try:
                     await self._converse(lane)
                     return
-                except _Lost:
-                    losses += 1
+                except _Lost:  # our own overdue cancel: the holder is slow, not at fault; it stays in
                     self._fail_current(lane, Failure.LOST)
                 except RemoteBusyError:
                     if lane.current is None:
@@ -316,14 +349,16 @@ class _Fetch:
         """A HAVE long poll; a piece request assigned meanwhile goes out at once (the holder then ends the
         poll) and is returned, its reply following the poll's."""
         await stream.write(Message(Kind.HAVE, known=lane.known).encode())
-        sent: list[Request] = []
         lane.work = trio.Event()
 
         async def send_assigned() -> None:
             await lane.work.wait()
             req, lane.pending = lane.pending, None
             if req is not None:
-                sent.append(req)
+                # Current from here on, so that a failed poll reply fails this request too: held only in a
+                # local, it stayed in flight in the schedule with no session to finish or cancel it, and
+                # its piece was never asked of anyone else (a fetch stalled one piece short).
+                lane.current = req
                 with trio.CancelScope(shield=True):  # never half a message on the stream
                     await stream.write(Message(Kind.PIECE, choices=req.candidates).encode())
 
@@ -331,7 +366,7 @@ class _Fetch:
             nursery.start_soon(send_assigned)
             await self._have_reply(stream, peer, lane)
             nursery.cancel_scope.cancel()
-        return sent[0] if sent else None
+        return lane.current
 
     async def _have_reply(self, stream: INetStream, peer: str, lane: _Lane) -> None:
         with trio.fail_after(self.cfg.have_wait + self.cfg.piece_timeout):

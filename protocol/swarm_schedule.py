@@ -217,8 +217,14 @@ class PieceScheduler:
         self._forget(request_id)
         if why in (Failure.LYING, Failure.GONE):
             self.holder_failed(r.holder)
-        else:
-            h.resting_until = max(h.resting_until, now + self.config.backoff)
+            return
+        h.resting_until = max(h.resting_until, now + self.config.backoff)
+        if why is Failure.LOST and r.piece is not None and r.started_at is not None:
+            # It started the piece and had not finished it: whatever its rate, it is below a piece per
+            # elapsed time. Without this a slow origin kept the prior's 2 s limit, every fetcher cancelled
+            # its first copies mid-piece, and its uplink was spent on bytes nobody kept.
+            ceiling = piece_span(self.size, r.piece)[1] / max(now - r.started_at, 1e-6)
+            h.rate = ceiling if h.rate is None else min(h.rate, ceiling)
 
     # --- views ---------------------------------------------------------------------------------------------
 

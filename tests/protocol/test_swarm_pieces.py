@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import pytest
@@ -152,6 +152,56 @@ def test_corrupt_piece_is_rejected_and_its_holder_dropped() -> None:
             # Dropped at the first bad piece: no more than the requests already in flight then.
             assert 1 <= liar.pieces_served <= CFG.schedule.max_in_flight
             assert mine.store.get(2, root) == data
+
+    trio.run(body)
+
+
+class _CutsPolls(PiecesServer):
+    """A partial holder whose connection fails whenever a piece request arrives during a HAVE poll: the
+    fetcher sent that request, and must ask someone else for its pieces."""
+
+    async def _have(self, key: tuple[int, bytes], known: int, next_message: Callable[[], bool]
+                    ) -> tuple[Status, bytes]:
+        got = await super()._have(key, known, next_message)
+        if next_message():
+            self.cut += 1
+            raise trio.BrokenResourceError("cut during a poll (test)")
+        return got
+
+    cut = 0
+
+
+class _Slow(PiecesServer):
+    """Takes a fifth of a second before each piece, so the fetcher asks the partial holder too."""
+
+    async def _piece(self, stream: INetStream, key: tuple[int, bytes], choices: tuple[int, ...]) -> bool:
+        await trio.sleep(0.2)
+        return await super()._piece(stream, key, choices)
+
+
+@pytest.mark.network
+def test_a_request_sent_during_a_failed_poll_is_asked_again_elsewhere() -> None:
+    """The request that went out during the poll was held in a local only; when the poll's reply failed it
+    stayed in flight in the schedule, its piece reserved for good, and the fetch stalled one piece short."""
+
+    async def body() -> None:
+        async with start_hosts(3) as (author, partial, me):
+            data = os.urandom(SIZE)
+            cutter = _CutsPolls(partial, PayloadStore(RUN), PartialPayloads(), CFG)
+            source = _Slow(author, PayloadStore(RUN), PartialPayloads(), CFG)
+            mine = PiecesServer(me, PayloadStore(RUN), PartialPayloads(), CFG)
+            root = source.store.put(4, data)
+            part = cutter.partials.open(4, root, SIZE, piece_hashes(data))
+            for i in range(0, piece_count(SIZE), 2):  # every other piece
+                start, length = piece_span(SIZE, i)
+                part.put(i, data[start : start + length])
+            for srv in (cutter, source, mine):
+                srv.install()
+            with trio.fail_after(WAIT):
+                await connect_all_to([author, partial, me], me)
+                got = await fetch(me, mine, 4, root, SIZE, [partial], [author])
+            assert got == data
+            assert cutter.cut >= 1  # the case happened
 
     trio.run(body)
 

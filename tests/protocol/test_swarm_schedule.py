@@ -101,6 +101,21 @@ def test_overdue_request_is_reported_after_its_expected_time() -> None:
     assert s.overdue(4.1) == [r.id]
 
 
+def test_a_piece_cut_off_as_overdue_slows_its_holders_estimate_and_widens_the_next_limit() -> None:
+    """An unmeasured holder gets the prior's short limit; one that started a piece and did not finish it
+    within that limit is at most a piece per elapsed time, so the next request waits four times that."""
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=2.0, overdue_factor=4.0))
+    s.holder_has("origin", ALL)
+    (r,) = s.next_requests(0.0)
+    assert s.piece_started(r.id, r.candidates[0], 0.1)
+    assert s.overdue(2.1) == [r.id]
+    s.request_failed(r.id, 2.1, Failure.LOST)
+    assert s.holder_rate("origin") == pytest.approx(PIECE_BYTES / 2.0)
+    (again,) = s.next_requests(2.3)  # still a holder, after the back-off
+    assert s.overdue(9.0) == []  # 4 x 2 s allowed now
+    assert s.overdue(10.4) == [again.id]
+
+
 def test_pick_to_serve_prefers_first_copies_and_no_repeat_while_busy() -> None:
     assert pick_to_serve([3, 4, 5], range(12), {3: 1}, uploading=0, slots=2) == 4
     assert pick_to_serve([3], [0, 1], {}, uploading=0, slots=2) is Decline.NOT_HELD
