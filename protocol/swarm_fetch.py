@@ -166,8 +166,7 @@ class _Fetch:
         for name, lane in self.lanes.items():
             h = sched.holders.get(name)
             held = "-" if h is None else f"{len(h.pieces)} pieces, dropped={h.dropped}, rate={h.rate}"
-            flight = [(r.holder[-6:], r.candidates, r.piece, round(r.sent_at, 1))
-                      for r in sched._requests.values() if r.holder == name]
+            flight = [(c, piece, round(sent, 1)) for c, piece, sent in sched.requests_of(name)]
             parts.append(f"{name[-6:]}: over={lane.over} pending={lane.pending} "
                          f"current={lane.current} known={lane.known} ({held}, resting_until="
                          f"{None if h is None else round(h.resting_until, 1)}, in flight {flight})")

@@ -247,6 +247,10 @@ class PieceScheduler:
         live = [h for h in self.holders.values() if not h.dropped]
         return not any(i not in self.have for h in live for i in h.pieces)
 
+    def requests_of(self, holder: str) -> list[tuple[tuple[int, ...], int | None, float]]:
+        """(candidates, piece named or None, sent at) of each request in flight to ``holder``: for logs."""
+        return [(r.candidates, r.piece, r.sent_at) for r in self._requests.values() if r.holder == holder]
+
     def holder_rate(self, holder: str) -> float | None:
         h = self.holders.get(holder)
         return None if h is None else h.rate
