@@ -8,14 +8,16 @@ both ends of its veth) and reports the median round time against that bound. For
 
 Before each configuration one bulk TCP transfer checks the first peer's uplink really runs at its rate
 (TCP goodput is ~95.7% of the link rate: 1448 payload bytes per 1514 on the wire, which tbf counts).
-Results go to bench/results/exchange_netns.json, one entry per profile (other profiles' entries are kept),
-so the loopback figures of exchange.json are never overwritten by a namespace run.
+Results go to bench/results/exchange_netns.json, one entry per profile (other profiles' entries, and rows of
+peer counts not run, are kept), so the loopback figures of exchange.json are never overwritten by a
+namespace run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
@@ -24,6 +26,20 @@ from distro_node.node.testbed.netns import Network, profile_links, ready_for_ben
 
 TARGET_RATIO = 1.3
 CHECK_SECONDS = 3.0
+
+
+def _swarm_figures(peers: int, rounds: int, size: int, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the piece swarm moved over the whole run: bytes downloaded per byte needed, and the upload
+    spread (max over mean of the peers' piece bytes served)."""
+    uploaded = [r.get("uploaded", 0) for r in results]
+    downloaded = sum(r.get("downloaded", 0) for r in results)
+    mean_up = sum(uploaded) / len(uploaded) if uploaded else 0
+    # CPU seconds all peers spent per round (set-up and barriers included): against the round time and
+    # this machine's cores it says whether the testbed measured the links or the CPU.
+    cpu = sum(r.get("cpu_s", 0.0) for r in results) / rounds
+    return {"amplification": round(downloaded / (peers * (peers - 1) * size * rounds), 4),
+            "upload_spread": round(max(uploaded) / mean_up, 3) if mean_up else None,
+            "cpu_s_per_round": round(cpu, 2), "cores": os.cpu_count()}
 
 
 def run_netns(args: argparse.Namespace) -> int:
@@ -39,10 +55,15 @@ def run_netns(args: argparse.Namespace) -> int:
     for n in counts:
         links = profile_links(args.netns, n)
         up = min(link.up_mbit for link in links)
+        results: list[dict[str, Any]] = []
         try:
             with Network(links) as net:
                 check = net.measure([0], 1, CHECK_SECONDS)
-                per_peer = run_config(n, args.rounds, args.size, args.wall, net)
+                per_peer = run_config(n, args.rounds, args.size, args.wall, net,
+                                      extra=(*(("--pieces",) if args.pieces else ()),
+                                             *(("--log-level", "debug") if args.keep_logs else ())),
+                                      results=results,
+                                      log_dir=None if args.keep_logs is None else args.keep_logs / f"{n}")
         except BenchError as exc:
             rows.append({"peers": n, "error": str(exc)})
             print(f"{n} peers: FAILED: {exc}")
@@ -57,26 +78,31 @@ def run_netns(args: argparse.Namespace) -> int:
             "ratio_to_bound": round(row["median_round_s"] / bound, 3),
             "target_ratio": TARGET_RATIO,
         })
+        if args.pieces:
+            row.update(_swarm_figures(n, args.rounds, args.size, results))
         rows.append(row)
         print(f"{args.netns}, {n} peers x {args.size / 1e6:.2f} MB: median round "
               f"{row['median_round_s']:.3f} s (p90 {row['p90_round_s']:.3f} s), bound {bound:.3f} s at "
               f"{up:g} Mbit up: "
               f"{row['ratio_to_bound']:.2f}x (target <= {TARGET_RATIO}); link check {check['mbit']} Mbit/s")
-    path = args.out or RESULTS_DIR / "exchange_netns.json"
+    path = args.out or RESULTS_DIR / ("exchange_netns_pieces.json" if args.pieces else "exchange_netns.json")
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         doc = {}
     profiles = doc.get("profiles", {})
+    # Rows of peer counts not run this time are kept (each count can be re-measured on its own).
+    kept = [r for r in profiles.get(args.netns, {}).get("results", []) if r.get("peers") not in counts]
     profiles[args.netns] = {
-        "results": rows,
+        "results": sorted(kept + rows, key=lambda r: r.get("peers", 0)),
         "tbf": {f"{mbit:g}_mbit": " ".join(tbf_args(mbit))
                 for mbit in sorted({x for link in profile_links(args.netns, max(counts)) for x in
                                     (link.down_mbit, link.up_mbit)})},
     }
     out = {
         "what": "bench/exchange.py's all-to-all exchange (host + gossip announcements + "
-                "/distro/payload/1.0.0 pulls), one process per peer, each in its own network namespace "
+                + ("/distro/pieces/1.0.0 piece swarm" if args.pieces else "/distro/payload/1.0.0 pulls")
+                + "), one process per peer, each in its own network namespace "
                 "behind a tbf-shaped link "
                 "(node/testbed/netns.py); bound = (N-1) x payload / slowest upload rate",
         "profiles": profiles,

@@ -2,7 +2,9 @@
 
 Per round every peer stores a fresh random payload, announces (step, sha256) on the run's gossip topic
 (the daemon's announcement path), and pulls every other peer's payload over ``/distro/payload/1.0.0``
-from its announcer. A peer's round time runs from its own announcement to holding all N-1 other payloads.
+from its announcer; with ``--pieces``, over ``/distro/pieces/1.0.0`` from every peer at once (the piece
+swarm of protocol/swarm_fetch.py, whose scheduler the flow model of bench/flow.py runs). A peer's round
+time runs from its own announcement to holding all N-1 other payloads.
 Rounds are paced by a barrier (every peer's "finished round r" announcement) so a slow peer's late
 fetches never overlap the next round's and inflate it. Every wait is bounded; on any timeout the process
 prints what it has and exits non-zero, and the parent kills it by pid regardless.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import struct
 import sys
@@ -23,8 +26,12 @@ from collections.abc import Awaitable, Callable
 import trio
 from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
 from distro_node.protocol.host import HostConfig, P2PHost, open_host
+from distro_node.protocol.partials import PartialPayloads
 from distro_node.protocol.payload_fetch import fetch_payload
+from distro_node.protocol.pieces_serve import PiecesServer
+from distro_node.protocol.pieces_wire import PiecesConfig
 from distro_node.protocol.store import PayloadStore
+from distro_node.protocol.swarm_fetch import FetchStats, SwarmRequest, fetch_swarm
 from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
@@ -75,9 +82,23 @@ class Inbox:
                 await resend()
 
 
+class Swarm:
+    """The piece protocol's two sides for ``--pieces``: the server, and what this peer's fetches read."""
+
+    def __init__(self, host: P2PHost, store: PayloadStore, size: int) -> None:
+        # The fetch gives up (and says where it stood) before the round's own bound ends the process.
+        self.config = PiecesConfig(max_payload_bytes=max(size, 1), fetch_timeout=WAIT_S - 10)
+        self.partials = PartialPayloads()
+        self.server = PiecesServer(host, store, self.partials, self.config)
+        self.stats = FetchStats()
+        self.server.install()
+
+
 async def _round(host: P2PHost, gossip: AnnouncementChannel, inbox: Inbox, store: PayloadStore,
-                 xfer: TransferConfig, step: int, peers: int, size: int) -> float:
+                 xfer: TransferConfig, step: int, peers: int, size: int, swarm: Swarm | None) -> float:
     digest = store.put(step, os.urandom(size))
+    if swarm is not None:
+        swarm.server.mark_own(step, digest)
     t0 = time.perf_counter()
 
     async def announce() -> None:
@@ -86,8 +107,13 @@ async def _round(host: P2PHost, gossip: AnnouncementChannel, inbox: Inbox, store
     await announce()
 
     async def pull(sender: ID, want: bytes) -> None:
-        await fetch_payload(host, PayloadRequest(RUN, step, want), [sender], store=store,
-                            config=xfer, expected_size=size)
+        if swarm is None:
+            await fetch_payload(host, PayloadRequest(RUN, step, want), [sender], store=store,
+                                config=xfer, expected_size=size)
+            return
+        others = sorted(host.connected_peers(), key=str)
+        await fetch_swarm(host, SwarmRequest(RUN, step, want, size), others, store=store,
+                          partials=swarm.partials, complete=[sender], config=swarm.config, stats=swarm.stats)
 
     with trio.fail_after(WAIT_S):
         async with trio.open_nursery() as pulls:
@@ -115,12 +141,14 @@ async def _linger(host: P2PHost, resend: Resend) -> None:
                     await trio.sleep(0.05)
 
 
-async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, listen: str) -> int:
+async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, listen: str,
+                    pieces: bool) -> int:
     cfg = HostConfig(listen_addrs=(listen,), px_interval=0.5, dial_timeout=20.0, px_timeout=10.0)
     xfer = TransferConfig(max_payload_bytes=max(size, 1), attempt_timeout=60.0)
     async with open_host(create_new_key_pair(), cfg) as host, open_gossip(host, RUN) as gossip:
         store = PayloadStore(RUN, window_steps=3)
         PayloadServer(host, store, xfer).install()
+        swarm = Swarm(host, store, size) if pieces else None
         print(json.dumps({"addr": str(host.addrs()[0])}), flush=True)
         if bootstrap:
             await host.bootstrap([bootstrap])
@@ -133,7 +161,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
             nursery.start_soon(inbox.pump, gossip)
             try:
                 for step in range(rounds):
-                    times.append(await _round(host, gossip, inbox, store, xfer, step, peers, size))
+                    times.append(await _round(host, gossip, inbox, store, xfer, step, peers, size, swarm))
                     # Barrier: everyone holds everything of this round before anyone starts the next, and
                     # nobody leaves while others may still fetch from it.
                     async def done(step: int = step) -> None:
@@ -144,8 +172,16 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
                 await _linger(host, done)
             except trio.TooSlowError:
                 rc = 2
+                step = len(times)
+                heard = [len(inbox.seen.get((kind, step), {})) for kind in (KIND_PAYLOAD, KIND_DONE)]
+                logging.getLogger("exchange_peer").warning(
+                    "timed out at round %d: %d payload and %d done announcements of %d, %d peers connected",
+                    step, *heard, peers - 1, len(host.connected_peers()))
             nursery.cancel_scope.cancel()
-        print(json.dumps({"times": times, "timed_out": rc != 0}), flush=True)
+        moved = {} if swarm is None else {"downloaded": swarm.stats.downloaded,
+                                          "uploaded": swarm.server.uploaded_bytes,
+                                          "cpu_s": round(time.process_time(), 3)}
+        print(json.dumps({"times": times, "timed_out": rc != 0, **moved}), flush=True)
         return rc
 
 
@@ -156,8 +192,12 @@ def main() -> int:
     ap.add_argument("--size", type=int, required=True)
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0", help="listen multiaddr")
+    ap.add_argument("--pieces", action="store_true", help="fetch in pieces from every peer (piece swarm)")
+    ap.add_argument("--log-level", default="warning", help="log level of the fetch and serving code (stderr)")
     args = ap.parse_args()
-    return trio.run(peer_main, args.peers, args.rounds, args.size, args.bootstrap, args.listen)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("distro_node.protocol").setLevel(args.log_level.upper())
+    return trio.run(peer_main, args.peers, args.rounds, args.size, args.bootstrap, args.listen, args.pieces)
 
 
 if __name__ == "__main__":

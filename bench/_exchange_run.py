@@ -72,13 +72,16 @@ def _kill_all(procs: list[subprocess.Popen[str]]) -> None:
 
 
 def run_config(peers: int, rounds: int, size: int, wall_s: float,
-               net: Network | None = None) -> list[list[float]]:
+               net: Network | None = None, *, extra: tuple[str, ...] = (),
+               results: list[dict[str, Any]] | None = None, log_dir: Path | None = None) -> list[list[float]]:
     """Per-peer round times for one configuration, or BenchError; all children killed before returning.
-    With ``net`` (bench/_exchange_netns.py) peer i runs in the testbed namespace i, on its address."""
+    With ``net`` (bench/_exchange_netns.py) peer i runs in the testbed namespace i, on its address.
+    ``extra`` goes to every peer's command line; ``results``, when given, receives each peer's last line;
+    with ``log_dir`` peer i's stderr goes to ``log_dir/peer{i}.log`` (else nowhere)."""
     if peers < 2 or rounds < 1 or size < 1:
         raise BenchError("need peers >= 2, rounds >= 1, size >= 1")
     base = [sys.executable, str(PEER_SCRIPT), "--peers", str(peers), "--rounds", str(rounds),
-            "--size", str(size)]
+            "--size", str(size), *extra]
 
     def peer_cmd(i: int) -> list[str]:
         if net is None:
@@ -89,14 +92,19 @@ def run_config(peers: int, rounds: int, size: int, wall_s: float,
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     deadline = time.monotonic() + wall_s
     procs: list[subprocess.Popen[str]] = []
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    def stderr(i: int) -> IO[str] | int:
+        return subprocess.DEVNULL if log_dir is None else open(log_dir / f"peer{i}.log", "w")
+
     try:
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                      env=env))
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr(0), text=True, env=env))
         readers = [JsonLines(procs[0])]
         seed = json.loads(readers[0].next(deadline))["addr"]
         for i in range(1, peers):
             procs.append(subprocess.Popen([*peer_cmd(i), "--bootstrap", seed], stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL, text=True, env=env))
+                                          stderr=stderr(i), text=True, env=env))
             readers.append(JsonLines(procs[-1]))
         per_peer: list[list[float]] = []
         for p, reader in zip(procs, readers, strict=True):
@@ -107,6 +115,8 @@ def run_config(peers: int, rounds: int, size: int, wall_s: float,
             if result.get("timed_out") or len(result["times"]) != rounds:
                 raise BenchError(f"pid {p.pid} timed out after {len(result['times'])} of {rounds} rounds")
             per_peer.append(result["times"])
+            if results is not None:
+                results.append(result)
         return per_peer
     finally:
         _kill_all(procs)

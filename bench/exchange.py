@@ -9,6 +9,7 @@ given link rates. Each peer is a separate process (bench/_exchange_peer.py), as 
     .venv/bin/python bench/exchange.py                  # 4 and 8 peers, 2.8 MB, 6 rounds, + hivemind
     .venv/bin/python bench/exchange.py --peers 2 --rounds 2 --size 100000 --out /tmp/x.json   # smoke
     .venv/bin/python bench/exchange.py --netns home      # as root: shaped namespaces -> exchange_netns.json
+    .venv/bin/python bench/exchange.py --netns mixed --pieces   # piece swarm -> exchange_netns_pieces.json
 
 Round 0 includes connection warm-up (yamux window growth) and is reported separately. Every child process
 is killed by pid when its configuration ends, whatever happened. The same run then measures hivemind's bulk
@@ -45,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="as root: run each peer in its own network namespace with links shaped by the "
                          "testbed profile (home, gigabit, slow, mixed) and write bench/results/"
                          "exchange_netns.json instead (bench/_exchange_netns.py)")
+    ap.add_argument("--pieces", action="store_true",
+                    help="with --netns: fetch in pieces from every peer (/distro/pieces/1.0.0, the piece "
+                         "swarm) and write bench/results/exchange_netns_pieces.json")
+    ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
+                    help="with --netns: each peer's stderr (DEBUG for the piece fetch) in DIR/N/peerI.log")
     ap.add_argument("--hivemind-python", type=Path, default=None, metavar="PATH",
                     help="python with hivemind 1.1.12 for the side-by-side run (default .venv-hivemind/bin/"
                          "python, created when missing; bench/_exchange_hivemind.py)")
@@ -52,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.netns is not None:
         return run_netns(args)
+    if args.pieces:
+        ap.error("--pieces needs --netns PROFILE")
     try:
         counts = [int(x) for x in args.peers.split(",")]
         links = tuple(float(x) for x in args.link_mbit.split(",") if x)

@@ -1,6 +1,6 @@
 """What one step's exchange costs at 16 to 1024 peers: the flow model, validated against the testbed.
 
-Why a model: the namespace testbed (bench/swarm_exchange.py, bench/internet.py) runs at most a few dozen
+Why a model: the namespace testbed (bench/exchange.py --netns, bench/internet.py) runs at most a few dozen
 daemons on this machine. The model (node/sim/flow_step.py) runs the daemon's own piece scheduler and
 holder rule over fluid access links, so where it matches the testbed at N = 4 and 8 it can speak for N
 the testbed cannot reach.
@@ -16,7 +16,7 @@ Two parts, both in bench/results/flow.json (and flow.png):
   ``extrapolated``.
 
     .venv/bin/python bench/flow.py                                   # predictions only
-    .venv/bin/python bench/flow.py --validate bench/results/swarm_exchange.json
+    .venv/bin/python bench/flow.py --validate bench/results/exchange_netns_pieces.json --sizes ''
     .venv/bin/python bench/flow.py --sizes 16,64 --k 8 --out /tmp/flow.json   # a quick look
 """
 
@@ -119,20 +119,29 @@ def predictions(kinds: list[str], sizes: list[int], ks: list[int], full_max: int
 
 
 def validation(files: list[Path]) -> list[dict[str, Any]]:
-    """Model against every testbed row found: rows with profile, peers, payload_bytes, comm_s."""
+    """Model against every testbed row found in bench/exchange.py's ``--netns PROFILE --pieces`` results
+    (exchange_netns_pieces.json): the same profile, peer count and payload, every payload fetched by every
+    other peer; measured is the median round (own announcement to holding all N-1 others)."""
     rows: list[dict[str, Any]] = []
     for path in files:
         doc = json.loads(path.read_text())
-        for measured in doc.get("runs", []):
-            if not {"profile", "peers", "payload_bytes", "comm_s"} <= measured.keys():
-                continue
-            lines = [line(link) for link in profile_links(measured["profile"], measured["peers"])]
-            model = run_one(lines, measured.get("k", 0), TESTBED_LATENCY, measured["payload_bytes"])
-            rows.append({"source": path.name, "profile": measured["profile"], "peers": measured["peers"],
-                         "payload_bytes": measured["payload_bytes"], "measured_s": measured["comm_s"],
-                         "model_s": model["seconds"],
-                         "error": round(model["seconds"] / measured["comm_s"] - 1, 3)})
-            print(json.dumps(rows[-1]), flush=True)
+        for profile, entry in sorted(doc.get("profiles", {}).items()):
+            for measured in entry.get("results", []):
+                if "median_round_s" not in measured:
+                    continue  # a configuration that failed
+                n, size = measured["peers"], measured["payload_bytes"]
+                lines = [line(link) for link in profile_links(profile, n)]
+                model = run_one(lines, 0, TESTBED_LATENCY, size)
+                got = measured["median_round_s"]
+                rows.append({"source": path.name, "profile": profile, "peers": n, "payload_bytes": size,
+                             "measured_s": got, "model_s": model["seconds"], "bound_s": model["bound_s"],
+                             "measured_over_bound": round(got / model["bound_s"], 3),
+                             "error": round(model["seconds"] / got - 1, 3),
+                             "measured_amplification": measured.get("amplification"),
+                             "measured_upload_spread": measured.get("upload_spread"),
+                             "model_upload_spread": round(model["upload_max_bytes"]
+                                                          / model["upload_mean_bytes"], 3)})
+                print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -172,13 +181,14 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="peer counts to predict")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                    help="peer counts to predict ('' keeps the predictions already in --out)")
     ap.add_argument("--k", default="8,16", help="bounds to predict besides 'all included'")
     ap.add_argument("--populations", default="home,mixed")
     ap.add_argument("--full-max", type=int, default=64,
                     help="largest N simulated with every payload included")
     ap.add_argument("--validate", type=Path, nargs="*", default=[],
-                    help="testbed result files to check against")
+                    help="testbed result files to check against (none: keep the validation in --out)")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "flow.json")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -187,8 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--sizes must be >= 2 and --k >= 1")
     doc: dict[str, Any] = {"payload_bytes": PAYLOAD_BYTES, "efficiency": round(EFFICIENCY, 4),
                            "internet_latency_s": INTERNET_LATENCY, "degree": HostConfig().max_peers}
-    doc["validation"] = validation(args.validate)
-    rows = predictions(args.populations.split(","), sizes, ks, args.full_max)
+    try:
+        kept = json.loads(args.out.read_text())
+    except (OSError, json.JSONDecodeError):
+        kept = {}
+    doc["validation"] = validation(args.validate) if args.validate else kept.get("validation", [])
+    rows = predictions(args.populations.split(","), sizes, ks, args.full_max) if sizes else kept.get(
+        "predictions", [])
     doc["predictions"] = rows
     write_json(args.out, doc)
     if rows:
