@@ -347,11 +347,14 @@ class _Fetch:
     async def _have(self, stream: INetStream, peer: str, lane: _Lane) -> Request | None:
         """A HAVE long poll; a piece request assigned meanwhile goes out at once (the holder then ends the
         poll) and is returned, its reply following the poll's."""
-        await stream.write(Message(Kind.HAVE, known=lane.known).encode())
+        # The wake-up exists before the write yields: a request assigned while the HAVE was being written
+        # set the previous event and then waited out the whole poll (up to ``have_wait``).
         lane.work = trio.Event()
+        await stream.write(Message(Kind.HAVE, known=lane.known).encode())
 
         async def send_assigned() -> None:
-            await lane.work.wait()
+            if lane.pending is None:
+                await lane.work.wait()
             req, lane.pending = lane.pending, None
             if req is not None:
                 # Current from here on, so that a failed poll reply fails this request too: held only in a

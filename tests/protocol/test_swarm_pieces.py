@@ -6,6 +6,7 @@ import os
 import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import pytest
 import trio
@@ -41,10 +42,18 @@ AMPLIFICATION = 1.05  # the most bytes a fetch may move per payload byte (issue:
 CFG = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=0.5)
 
 
+S = TypeVar("S", bound=PiecesServer)
+
+
+def _server(kind: type[S], host: P2PHost) -> S:
+    """A server of ``kind`` (a fault-injecting subclass or the real one) with its own store and partials."""
+    return kind(host, PayloadStore(RUN), PartialPayloads(), CFG)
+
+
 @asynccontextmanager
 async def swarm(count: int) -> AsyncIterator[tuple[list[P2PHost], list[PiecesServer]]]:
     async with start_hosts(count) as hosts:
-        servers = [PiecesServer(h, PayloadStore(RUN), PartialPayloads(), CFG) for h in hosts]
+        servers = [_server(PiecesServer, h) for h in hosts]
         for s in servers:
             s.install()
         with trio.fail_after(WAIT):
@@ -137,9 +146,8 @@ def test_corrupt_piece_is_rejected_and_its_holder_dropped() -> None:
     async def body() -> None:
         async with start_hosts(3) as (liar_host, honest_host, me):
             data = os.urandom(SIZE)
-            liar = _Liar(liar_host, PayloadStore(RUN), PartialPayloads(), CFG)
-            honest = PiecesServer(honest_host, PayloadStore(RUN), PartialPayloads(), CFG)
-            mine = PiecesServer(me, PayloadStore(RUN), PartialPayloads(), CFG)
+            liar, honest = _server(_Liar, liar_host), _server(PiecesServer, honest_host)
+            mine = _server(PiecesServer, me)
             root = liar.store.put(2, data)
             honest.store.put(2, data)
             for s in (liar, honest, mine):
@@ -172,10 +180,10 @@ class _CutsPolls(PiecesServer):
 
 
 class _Slow(PiecesServer):
-    """Takes a fifth of a second before each piece, so the fetcher asks the partial holder too."""
+    """Takes 50 ms before each piece, so the fetcher asks the partial holder too."""
 
     async def _piece(self, stream: INetStream, key: tuple[int, bytes], choices: tuple[int, ...]) -> bool:
-        await trio.sleep(0.2)
+        await trio.sleep(0.05)
         return await super()._piece(stream, key, choices)
 
 
@@ -184,22 +192,23 @@ def test_a_request_sent_during_a_failed_poll_is_asked_again_elsewhere() -> None:
     """The request that went out during the poll was held in a local only; when the poll's reply failed it
     stayed in flight in the schedule, its piece reserved for good, and the fetch stalled one piece short."""
 
+    size = 40 * PIECE_BYTES + 5  # more pieces than a request names, so the partial holder is asked too
+
     async def body() -> None:
         async with start_hosts(3) as (author, partial, me):
-            data = os.urandom(SIZE)
-            cutter = _CutsPolls(partial, PayloadStore(RUN), PartialPayloads(), CFG)
-            source = _Slow(author, PayloadStore(RUN), PartialPayloads(), CFG)
-            mine = PiecesServer(me, PayloadStore(RUN), PartialPayloads(), CFG)
+            data = os.urandom(size)
+            cutter, source = _server(_CutsPolls, partial), _server(_Slow, author)
+            mine = _server(PiecesServer, me)
             root = source.store.put(4, data)
-            part = cutter.partials.open(4, root, SIZE, piece_hashes(data))
-            for i in range(0, piece_count(SIZE), 2):  # every other piece
-                start, length = piece_span(SIZE, i)
+            part = cutter.partials.open(4, root, size, piece_hashes(data))
+            for i in range(0, piece_count(size), 2):  # every other piece
+                start, length = piece_span(size, i)
                 part.put(i, data[start : start + length])
             for srv in (cutter, source, mine):
                 srv.install()
             with trio.fail_after(WAIT):
                 await connect_all_to([author, partial, me], me)
-                got = await fetch(me, mine, 4, root, SIZE, [partial], [author])
+                got = await fetch(me, mine, 4, root, size, [partial], [author])
             assert got == data
             assert cutter.cut >= 1  # the case happened
 
@@ -227,7 +236,7 @@ def test_oversized_or_false_piece_lists_are_refused(reply: bytes, error: type[Ex
     async def body() -> None:
         async with start_hosts(2) as (evil, me):
             _install_raw(evil, reply)
-            mine = PiecesServer(me, PayloadStore(RUN), PartialPayloads(), CFG)
+            mine = _server(PiecesServer, me)
             root = PayloadStore(RUN).put(1, os.urandom(SIZE))
             with trio.fail_after(WAIT):
                 await connect_all_to([evil, me], me)
