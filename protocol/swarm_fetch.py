@@ -49,6 +49,7 @@ from .pieces_wire import (
 )
 from .rpc import client_stream
 from .store import PayloadStore
+from .swarm_lanes import Lane, Lost, carrying, describe
 from .swarm_schedule import ALL, Failure, PieceScheduler, Request
 from .wire import ShortReadError, read_exactly
 
@@ -100,7 +101,7 @@ async def fetch_swarm(host: P2PHost, request: SwarmRequest, holders: Sequence[ID
         await run.run(order, set(complete))
     data = run.result()
     if data is None:
-        logger.debug("swarm fetch of %s gave up: %s", request.root.hex()[:16], run.describe())
+        logger.debug("swarm fetch of %s gave up: %s", request.root.hex()[:16], describe(run.sched, run.lanes))
         raise FetchFailedError(request.root, run.errors)
     try:
         store.put_verified(request.step, request.root, data)
@@ -114,31 +115,13 @@ async def fetch_swarm(host: P2PHost, request: SwarmRequest, holders: Sequence[ID
 _STALL_LOG_AFTER = 10.0  # seconds without a new piece before a fetch logs where it stands (debug)
 
 
-class _Lost(Exception):
-    """The current request was cancelled as overdue: the session's stream is mid-reply and must go."""
-
-
-@dataclass
-class _Lane:
-    """One holder's session as the fetch sees it: the request waiting to go out on it, and a wake-up."""
-
-    holder: ID
-    complete: bool  # known to hold the whole payload (the round machine's sources)
-    pending: Request | None = None
-    current: Request | None = None
-    scope: trio.CancelScope | None = None
-    work: trio.Event = field(default_factory=trio.Event)
-    known: int = 0  # pieces its last have-map listed
-    over: bool = False  # its session ended for good
-
-
 class _Fetch:
     def __init__(self, host: P2PHost, request: SwarmRequest, cfg: PiecesConfig, partials: PartialPayloads,
                  conn_class: ConnClass, stats: FetchStats) -> None:
         self.host, self.request, self.cfg, self.partials = host, request, cfg, partials
         self.conn_class, self.stats = conn_class, stats
         self.errors: list[tuple[str, TransportError]] = []
-        self.lanes: dict[str, _Lane] = {}
+        self.lanes: dict[str, Lane] = {}
         self.sched: PieceScheduler | None = None
         self.part: PartialPayload | None = None
         self.size = 0
@@ -156,29 +139,13 @@ class _Fetch:
             self.partials.close(self.request.step, self.request.root)
         return None
 
-    def describe(self) -> str:
-        """Where a fetch that gave up stood: what it missed, and each holder's lane and schedule."""
-        sched = self.sched
-        if sched is None:
-            over = sum(lane.over for lane in self.lanes.values())
-            return f"no piece list; lanes over: {over}/{len(self.lanes)}"
-        parts = [f"now {trio.current_time():.1f} missing {sched.missing_pieces()}"]
-        for name, lane in self.lanes.items():
-            h = sched.holders.get(name)
-            held = "-" if h is None else f"{len(h.pieces)} pieces, dropped={h.dropped}, rate={h.rate}"
-            flight = [(c, piece, round(sent, 1)) for c, piece, sent in sched.requests_of(name)]
-            parts.append(f"{name[-6:]}: over={lane.over} pending={lane.pending} "
-                         f"current={lane.current} known={lane.known} ({held}, resting_until="
-                         f"{None if h is None else round(h.resting_until, 1)}, in flight {flight})")
-        return "; ".join(parts)
-
     def poke(self) -> None:
         self._changed.set()
 
     async def run(self, order: list[ID], complete: set[ID]) -> None:
         async with trio.open_nursery() as nursery:
             for h in order:
-                self.lanes[str(h)] = lane = _Lane(h, h in complete)
+                self.lanes[str(h)] = lane = Lane(h, h in complete)
                 nursery.start_soon(self._session, lane)
             while self.sched is None and not all(lane.over for lane in self.lanes.values()):
                 self._changed = trio.Event()
@@ -199,19 +166,15 @@ class _Fetch:
             if len(sched.have) != progress:
                 progress, since = len(sched.have), now
             elif now - since > _STALL_LOG_AFTER:
-                logger.debug("swarm fetch of %s stalled: %s", self.request.root.hex()[:16], self.describe())
+                logger.debug("swarm fetch of %s stalled: %s", self.request.root.hex()[:16],
+                             describe(sched, self.lanes))
                 since = now
             for rid in sched.overdue(now):
-                held = False
-                for lane in self.lanes.values():
-                    if lane.current is not None and lane.current.id == rid:
-                        held = True
-                        if lane.scope is not None:
-                            lane.scope.cancel()
-                    elif lane.pending is not None and lane.pending.id == rid:
-                        held = True
-                if not held:  # no session carries it any more: free its pieces for the other holders
+                carrier = carrying(self.lanes.values(), rid)
+                if carrier is None:  # no session carries it any more: free its pieces for the other holders
                     sched.request_failed(rid, now, Failure.LOST)
+                elif carrier.current is not None and carrier.current.id == rid and carrier.scope is not None:
+                    carrier.scope.cancel()
             for req in sched.next_requests(now):
                 lane = self.lanes[req.holder]
                 lane.pending = req
@@ -224,7 +187,7 @@ class _Fetch:
 
     # --- one holder's session ------------------------------------------------------------------------------
 
-    async def _session(self, lane: _Lane) -> None:
+    async def _session(self, lane: Lane) -> None:
         peer = str(lane.holder)
         losses = 0
         try:
@@ -232,7 +195,7 @@ class _Fetch:
                 try:
                     await self._converse(lane)
                     return
-                except _Lost:  # our own overdue cancel: the holder is slow, not at fault; it stays in
+                except Lost:  # our own overdue cancel: the holder is slow, not at fault; it stays in
                     self._fail_current(lane, Failure.LOST)
                 except RemoteBusyError:
                     if lane.current is None:
@@ -266,7 +229,7 @@ class _Fetch:
                 self.sched.holder_failed(peer)
             self.poke()
 
-    def _fail_current(self, lane: _Lane, why: Failure) -> None:
+    def _fail_current(self, lane: Lane, why: Failure) -> None:
         req = lane.current or lane.pending
         lane.current = lane.pending = None
         if self.sched is not None:
@@ -280,7 +243,7 @@ class _Fetch:
         logger.debug("swarm fetch of %s: %s failed: %r", self.request.root.hex()[:16], peer, exc)
         self.errors.append((peer, exc))
 
-    async def _converse(self, lane: _Lane) -> None:
+    async def _converse(self, lane: Lane) -> None:
         peer, complete = str(lane.holder), lane.complete
         opening = SessionOpen(self.request.run_id, self.request.step, self.request.root)
         async with client_stream(self.host, lane.holder, PIECES_PROTOCOL, timeout=self.cfg.fetch_timeout,
@@ -310,10 +273,9 @@ class _Fetch:
                     lane.work = trio.Event()
                     await lane.work.wait()
                 else:
-                    early = await self._have(stream, peer, lane)
-                    if early is not None:
-                        lane.current = early
-                        await self._piece(stream, peer, lane, early, sent=True)
+                    await self._have(stream, peer, lane)
+                    if lane.current is not None:  # a request went out during the poll; its reply follows
+                        await self._piece(stream, peer, lane, lane.current, sent=True)
                         lane.current = None
 
     async def _list(self, stream: INetStream, peer: str) -> bool:
@@ -344,9 +306,9 @@ class _Fetch:
         self._by_root = not register
         self._listed.set()
 
-    async def _have(self, stream: INetStream, peer: str, lane: _Lane) -> Request | None:
+    async def _have(self, stream: INetStream, peer: str, lane: Lane) -> None:
         """A HAVE long poll; a piece request assigned meanwhile goes out at once (the holder then ends the
-        poll) and is returned, its reply following the poll's."""
+        poll) and becomes the lane's current request, its reply following the poll's."""
         # The wake-up exists before the write yields: a request assigned while the HAVE was being written
         # set the previous event and then waited out the whole poll (up to ``have_wait``).
         lane.work = trio.Event()
@@ -368,9 +330,8 @@ class _Fetch:
             nursery.start_soon(send_assigned)
             await self._have_reply(stream, peer, lane)
             nursery.cancel_scope.cancel()
-        return lane.current
 
-    async def _have_reply(self, stream: INetStream, peer: str, lane: _Lane) -> None:
+    async def _have_reply(self, stream: INetStream, peer: str, lane: Lane) -> None:
         with trio.fail_after(self.cfg.have_wait + self.cfg.piece_timeout):
             (status,) = await read_exactly(stream, 1)
             if status == Status.NOT_FOUND:
@@ -386,7 +347,7 @@ class _Fetch:
             self.sched.holder_has(peer, have, conn_class=self.conn_class(lane.holder), uploads=uploads)
         self.poke()
 
-    async def _piece(self, stream: INetStream, peer: str, lane: _Lane, req: Request, *,
+    async def _piece(self, stream: INetStream, peer: str, lane: Lane, req: Request, *,
                      sent: bool = False) -> None:
         sched, part = self.sched, self.part
         if sched is None or part is None:
@@ -411,7 +372,7 @@ class _Fetch:
                     raise MalformedReplyError(f"piece {index} of {length} bytes, expected {want}", peer)
                 data = await read_exactly(stream, length)
         if lane.scope.cancelled_caught:
-            raise _Lost()
+            raise Lost()
         self.stats.downloaded += len(data)
         self.stats.by_holder[peer] = self.stats.by_holder.get(peer, 0) + len(data)
         digest = piece_hash(data)
