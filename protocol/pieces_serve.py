@@ -79,8 +79,8 @@ class PiecesServer:
         if key in self._own:
             return False
         for own in self._own:
-            held = self._held(*own)
-            if held is not None and own_first_copies_left(self._started.get(own), piece_count(held[0])):
+            whole = self.store.get(*own)  # our own payloads are whole; only the piece count is needed
+            if whole is not None and own_first_copies_left(self._started.get(own), piece_count(len(whole))):
                 return True
         return False
 

@@ -154,15 +154,14 @@ class PieceScheduler:
                         and len(h.in_flight) < self.config.max_in_flight]
         if not free_holders:
             return out
-        reserved = self._reserved()
-        askable = set(range(self.count)) - self.have - reserved
+        askable = set(range(self.count)) - self.have - self._reserved()
         if not askable:
             return out
         rarity = self._rarity()
         for name in self._ranked(free_holders):
             h = self.holders[name]
             while len(h.in_flight) < self.config.max_in_flight:
-                free = [i for i in h.pieces if i in askable and i not in reserved]
+                free = [i for i in h.pieces if i in askable]
                 if not free:
                     break
                 free.sort(key=lambda i: (rarity[i], self._tiebreak[i]))
@@ -171,7 +170,7 @@ class PieceScheduler:
                 self._next_id += 1
                 self._requests[rid] = _InFlight(name, picks, now)
                 h.in_flight.add(rid)
-                reserved.update(picks)
+                askable.difference_update(picks)
                 out.append(Request(rid, name, picks))
         return out
 
