@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -48,6 +48,16 @@ S = TypeVar("S", bound=PiecesServer)
 def _server(kind: type[S], host: P2PHost) -> S:
     """A server of ``kind`` (a fault-injecting subclass or the real one) with its own store and partials."""
     return kind(host, PayloadStore(RUN), PartialPayloads(), CFG)
+
+
+def _put_pieces(server: PiecesServer, step: int, root: bytes, data: bytes, indices: Iterable[int]) -> None:
+    """Pieces ``indices`` of ``data`` into ``server``'s partial copy of it (opened on first use), as if they
+    had just been fetched and verified."""
+    part = server.partials.get(step, root) or server.partials.open(step, root, len(data), piece_hashes(data))
+    for i in indices:
+        start, length = piece_span(len(data), i)
+        part.put(i, data[start : start + length])
+    server.partials.notify()
 
 
 @asynccontextmanager
@@ -103,18 +113,9 @@ def test_partial_holder_serves_pieces_as_they_arrive() -> None:
     async def body() -> None:
         async with swarm(2) as ((b, c), (sb, sc)):
             data = os.urandom(SIZE)
-            hashes = piece_hashes(data)
             root = PayloadStore(RUN).put(1, data)
-            part = sb.partials.open(1, root, SIZE, hashes)
             count = piece_count(SIZE)
-
-            def give(i: int) -> None:
-                start, length = piece_span(SIZE, i)
-                part.put(i, data[start : start + length])
-                sb.partials.notify()
-
-            for i in range(count // 2):
-                give(i)
+            _put_pieces(sb, 1, root, data, range(count // 2))
             result: list[bytes] = []
 
             async def fetcher() -> None:
@@ -125,8 +126,8 @@ def test_partial_holder_serves_pieces_as_they_arrive() -> None:
                     n.start_soon(fetcher)
                     while len(getattr(sc.partials.get(1, root), "have", ())) < count // 2:
                         await sc.partials.wait_changed()  # until C took all that B had
-                    for i in range(count // 2, count):
-                        give(i)
+                    for i in range(count // 2, count):  # one at a time, each announced to the poll
+                        _put_pieces(sb, 1, root, data, [i])
             assert result == [data]
             assert sb.pieces_served == count
 
@@ -200,10 +201,7 @@ def test_a_request_sent_during_a_failed_poll_is_asked_again_elsewhere() -> None:
             cutter, source = _server(_CutsPolls, partial), _server(_Slow, author)
             mine = _server(PiecesServer, me)
             root = source.store.put(4, data)
-            part = cutter.partials.open(4, root, size, piece_hashes(data))
-            for i in range(0, piece_count(size), 2):  # every other piece
-                start, length = piece_span(size, i)
-                part.put(i, data[start : start + length])
+            _put_pieces(cutter, 4, root, data, range(0, piece_count(size), 2))  # every other piece
             for srv in (cutter, source, mine):
                 srv.install()
             with trio.fail_after(WAIT):
