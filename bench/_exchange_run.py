@@ -95,8 +95,13 @@ def run_config(peers: int, rounds: int, size: int, wall_s: float,
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
 
+    logs: list[IO[str]] = []
+
     def stderr(i: int) -> IO[str] | int:
-        return subprocess.DEVNULL if log_dir is None else open(log_dir / f"peer{i}.log", "w")
+        if log_dir is None:
+            return subprocess.DEVNULL
+        logs.append(open(log_dir / f"peer{i}.log", "w"))  # the child holds its own copy of the descriptor
+        return logs[-1]
 
     try:
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr(0), text=True, env=env))
@@ -120,6 +125,8 @@ def run_config(peers: int, rounds: int, size: int, wall_s: float,
         return per_peer
     finally:
         _kill_all(procs)
+        for log in logs:
+            log.close()
 
 
 def summarize(peers: int, rounds: int, size: int, per_peer: list[list[float]],
