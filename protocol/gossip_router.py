@@ -65,6 +65,7 @@ class RunRouter(GossipSub):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._members: MemberIds = _nobody
+        self.heartbeats = 0  # mesh heartbeats run, for tests that wait on the heartbeat
 
     def prefer(self, members: MemberIds) -> None:
         """Name the run's members (base58 peer ids); called for every mesh decision and own publish."""
@@ -124,6 +125,7 @@ class RunRouter(GossipSub):
         return (first + rest)[: max(0, num_to_select)]
 
     def mesh_heartbeat(self) -> tuple[defaultdict[ID, list[str]], defaultdict[ID, list[str]]]:
+        self.heartbeats += 1
         graft, prune = super().mesh_heartbeat()
         muted = self.pubsub.blacklisted_peers if self.pubsub is not None else set()
         members = self._member_set()

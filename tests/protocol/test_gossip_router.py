@@ -55,7 +55,10 @@ def test_strangers_in_the_mesh_make_way_for_members() -> None:
             router = _router(chans[0])
             mesh = router.mesh[chans[0].topic]
             await _link(hub, chans[0], strangers, chans[1:5])
-            await wait_until(lambda: len(mesh) >= 2, "the strangers fill the hub's mesh, no member there yet")
+            # One stranger seated is enough for the point (members evict strangers); how many of the four
+            # get a seat depends on how their GRAFTs and the hub's cross, which a busy machine reorders.
+            await wait_until(lambda: len(mesh) >= 1,
+                             "a stranger takes a seat in the hub's mesh, no member there yet")
             await _link(hub, chans[0], members, chans[5:])
             await wait_until(lambda: {str(p) for p in mesh} == member_ids, "the members take the whole mesh")
             # The same when one member's GRAFT reached the hub before its heartbeat (likelier on a busy
@@ -104,5 +107,24 @@ def test_without_members_named_the_mesh_is_plain_gossipsub() -> None:
             await _link(hosts[0], chans[0], hosts[1:], chans[1:])
             mesh = _router(chans[0]).mesh[chans[0].topic]
             await wait_until(lambda: len(mesh) >= 2, "the hub grafts subscribers")
+
+    trio.run(body)
+
+
+@pytest.mark.network
+def test_heartbeat_and_degrees_stay_as_configured_after_the_health_check() -> None:
+    """py-libp2p rescores the mesh every 30 s and, left to it, turned a 1 s heartbeat into 60 s; the health
+    timer is moved back here so that check falls on the next heartbeat instead of 30 s from now."""
+
+    async def body() -> None:
+        cfg = GossipConfig()
+        async with hub_with(4, cfg) as (hosts, chans):
+            await _link(hosts[0], chans[0], hosts[1:], chans[1:])
+            router = _router(chans[0])
+            router.last_health_update = 0
+            seen = router.heartbeats
+            await wait_until(lambda: router.heartbeats >= seen + 2, "two heartbeats after the health timer")
+            assert router.heartbeat_interval == cfg.heartbeat_interval
+            assert (router.degree_low, router.degree_high) == (cfg.degree_low, cfg.degree_high)
 
     trio.run(body)
