@@ -91,9 +91,11 @@ def test_circuits_renewed_at_their_cap_and_a_relay_killed_mid_run_cost_no_round(
         # other one's own dial when it lost the peer, whichever comes first (the newer circuit is kept).
         _link(peers, ids, lambda r: r != ids[victim], "a circuit through a live relay")
         for i in users:  # reserved again, on the public peer it did not use before
-            ev = peers[i].wait_for(lambda e, i=i: _two_relays(e) and e["t"] > before[i], 120,
-                                   "a new reservation")
-            assert ids[victim] not in ev["relays"]
+            # A report can come out between the kill and the peer noticing it, still naming the dead relay:
+            # what must come is two reservations without it.
+            peers[i].wait_for(lambda e, i=i: _two_relays(e) and e["t"] > before[i]
+                              and ids[victim] not in e["relays"], 120,
+                              "two reservations, none on the dead relay")
         first = killed_at + RECOVERY_STEPS
         last = first + CHECKED_STEPS
         for p in alive:
