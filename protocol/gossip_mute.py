@@ -12,6 +12,10 @@ its messages refused, in one window is muted for ``mute_s``: pubsub drops its me
 signature check (py-libp2p's blacklist), and within a second its connections are closed and the host
 refuses its streams and does not dial it (protocol/gossip.py) until the mute is over. Members are never
 muted: a member's flood is the rate limiter's and the ban's business, and muting one would cut its votes.
+Nor is a former member for ``member_grace_s`` after it was last seen as one: a peer back from a partition
+or an outage has been dropped from the roster meanwhile, and what it forwards first is its side's stale
+gossip, all refused. Muting it also refused its state-sync streams, so on the namespace testbed a 20 s
+partition cost the returning peer 100 s instead of 20 (tests/testbed/test_testbed_faults.py).
 Time is passed in.
 """
 
@@ -28,10 +32,13 @@ class MuteConfig:
     max_share: float = 0.5
     mute_s: float = 60.0
     max_tracked: int = 4096  # forwarders counted at once; the least recently seen is forgotten first
+    member_grace_s: float = 600.0  # a former member counts as one this long after it was last seen as one
 
     def __post_init__(self) -> None:
         if not (self.window_s > 0 and self.mute_s > 0):
             raise ValueError("MuteConfig.window_s and mute_s must be positive")
+        if self.member_grace_s < 0:
+            raise ValueError("MuteConfig.member_grace_s must be >= 0")
         if self.min_refused < 1 or self.max_tracked < 1:
             raise ValueError("MuteConfig.min_refused and max_tracked must be >= 1")
         if not 0.0 <= self.max_share < 1.0:
@@ -52,10 +59,12 @@ class RefusalLedger:
         self.config = config or MuteConfig()
         self._tallies: OrderedDict[str, _Tally] = OrderedDict()
         self._muted: dict[str, float] = {}  # forwarder -> until
+        self._member_seen: OrderedDict[str, float] = OrderedDict()  # forwarder -> last seen as a member
 
     def record(self, forwarder: str, accepted: bool, *, member: bool, now: float) -> bool:
         """Count one message; True when this one makes ``forwarder`` muted (once per mute)."""
         cfg = self.config
+        member = self._member_now_or_lately(forwarder, member, now)
         tally = self._tallies.get(forwarder)
         if tally is None or now - tally.since >= cfg.window_s:
             tally = _Tally(since=now)
@@ -75,6 +84,17 @@ class RefusalLedger:
             del self._tallies[forwarder]
             return True
         return False
+
+    def _member_now_or_lately(self, forwarder: str, member: bool, now: float) -> bool:
+        seen = self._member_seen
+        if member:
+            seen[forwarder] = now
+            seen.move_to_end(forwarder)
+            while len(seen) > self.config.max_tracked:
+                seen.popitem(last=False)
+            return True
+        last = seen.get(forwarder)
+        return last is not None and now - last < self.config.member_grace_s
 
     def expired(self, now: float) -> list[str]:
         """Forwarders whose mute is over (forgotten here: the caller lets them back in)."""

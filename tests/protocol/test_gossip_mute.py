@@ -34,6 +34,15 @@ def test_members_and_mostly_accepted_forwarders_are_not_muted() -> None:
     assert ledger.muted() == frozenset()
 
 
+def test_a_former_member_is_spared_for_the_grace_and_then_counted_as_a_stranger() -> None:
+    """Dropped from the roster while partitioned, it comes back forwarding stale (refused) gossip."""
+    ledger = RefusalLedger(MuteConfig(window_s=10.0, min_refused=5, mute_s=30.0, member_grace_s=100.0))
+    ledger.record("back", True, member=True, now=0.0)
+    assert not any(ledger.record("back", False, member=False, now=99.0) for _ in range(20))
+    assert any(ledger.record("back", False, member=False, now=100.0) for _ in range(5))
+    assert ledger.muted() == {"back"}
+
+
 def test_counts_start_over_each_window_and_mutes_expire() -> None:
     ledger = RefusalLedger(CFG)
     for t in range(4):
@@ -56,7 +65,8 @@ def test_tracking_is_bounded() -> None:
     assert ledger.muted() == {"a", "b", "c"}  # at most max_tracked muted at once
 
 
-@pytest.mark.parametrize("bad", [{"window_s": 0}, {"min_refused": 0}, {"max_share": 1.0}, {"mute_s": -1}])
+@pytest.mark.parametrize("bad", [{"window_s": 0}, {"min_refused": 0}, {"max_share": 1.0}, {"mute_s": -1},
+                                 {"member_grace_s": -1}])
 def test_bad_config_is_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         MuteConfig(**bad)  # type: ignore[arg-type]
