@@ -101,7 +101,7 @@ def run_netns(args: argparse.Namespace) -> int:
     }
     out = {
         "what": "bench/exchange.py's all-to-all exchange (host + gossip announcements + "
-                + ("/distro/pieces/1.0.0 piece swarm" if args.pieces else "/distro/payload/1.0.0 pulls")
+                + ("/distro/pieces/1.1.0 piece swarm" if args.pieces else "/distro/payload/1.0.0 pulls")
                 + "), one process per peer, each in its own network namespace "
                 "behind a tbf-shaped link "
                 "(node/testbed/netns.py); bound = (N-1) x payload / slowest upload rate",

@@ -2,7 +2,7 @@
 
 Per round every peer stores a fresh random payload, announces (step, sha256) on the run's gossip topic
 (the daemon's announcement path), and pulls every other peer's payload over ``/distro/payload/1.0.0``
-from its announcer; with ``--pieces``, over ``/distro/pieces/1.0.0`` from every peer at once (the piece
+from its announcer; with ``--pieces``, over ``/distro/pieces/1.1.0`` from every peer at once (the piece
 swarm of protocol/swarm_fetch.py, whose scheduler the flow model of bench/flow.py runs). A peer's round
 time runs from its own announcement to holding all N-1 other payloads.
 Rounds are paced by a barrier (every peer's "finished round r" announcement) so a slow peer's late
@@ -32,6 +32,7 @@ from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import PiecesConfig
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.swarm_fetch import FetchStats, SwarmRequest, fetch_swarm
+from distro_node.protocol.swarm_turns import HolderGate
 from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
@@ -91,6 +92,7 @@ class Swarm:
         self.partials = PartialPayloads()
         self.server = PiecesServer(host, store, self.partials, self.config)
         self.stats = FetchStats()
+        self.gate = HolderGate()  # one request to a holder at a time over this peer's fetches
         self.server.install()
 
 
@@ -113,7 +115,8 @@ async def _round(host: P2PHost, gossip: AnnouncementChannel, inbox: Inbox, store
             return
         others = sorted(host.connected_peers(), key=str)
         await fetch_swarm(host, SwarmRequest(RUN, step, want, size), others, store=store,
-                          partials=swarm.partials, complete=[sender], config=swarm.config, stats=swarm.stats)
+                          partials=swarm.partials, complete=[sender], config=swarm.config, stats=swarm.stats,
+                          gate=swarm.gate)
 
     with trio.fail_after(WAIT_S):
         async with trio.open_nursery() as pulls:

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                          "testbed profile (home, gigabit, slow, mixed) and write bench/results/"
                          "exchange_netns.json instead (bench/_exchange_netns.py)")
     ap.add_argument("--pieces", action="store_true",
-                    help="with --netns: fetch in pieces from every peer (/distro/pieces/1.0.0, the piece "
+                    help="with --netns: fetch in pieces from every peer (/distro/pieces/1.1.0, the piece "
                          "swarm) and write bench/results/exchange_netns_pieces.json")
     ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                     help="with --netns: each peer's stderr (DEBUG for the piece fetch) in DIR/N/peerI.log")

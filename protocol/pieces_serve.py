@@ -1,10 +1,11 @@
-"""Serving ``/distro/pieces/1.0.0``: every piece this peer holds, of whole payloads and of partial ones.
+"""Serving ``/distro/pieces/1.1.0``: every piece this peer holds, of whole payloads and of partial ones.
 
 A peer serves a piece the moment it has verified it, so the pieces a slow origin sent once fan out from the
 fetchers that got them. Which piece to send, when a request offers several, is the holder's choice: the one
 it has started uploading least (protocol/swarm_schedule.py ``pick_to_serve``), which is what lets an origin
 send each piece about once. Hostile requests cost little: the request is parsed field by field under a
-timeout, sessions and uploads are capped, an idle session is closed, and a stalled reader is reset.
+timeout, sessions and uploads are capped, an idle session is closed, and a stalled reader is reset. A
+request refused as BUSY is told when to come back (protocol/swarm_turns.py ``Waitlist``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from libp2p.network.stream.exceptions import StreamEOF
 from .errors import BadRequestError
 from .host import P2PHost
 from .partials import PartialPayloads
-from .pieces import piece_count, piece_hashes, piece_span
+from .pieces import PIECE_BYTES, piece_count, piece_hashes, piece_span
 from .pieces_wire import (
     HAVE_HEADER,
     PIECE_HEADER,
     PIECES_PROTOCOL,
+    U16,
     Kind,
     Message,
     PiecesConfig,
@@ -36,6 +38,7 @@ from .pieces_wire import (
     read_open,
 )
 from .swarm_schedule import Decline, own_first_copies_left, pick_to_serve
+from .swarm_turns import Waitlist
 from .transfer import ServedPayloads
 from .wire import ShortReadError, reply_within, reset_quietly
 
@@ -55,6 +58,8 @@ class PiecesServer:
         self.config = config or PiecesConfig()
         self._on_upload = on_upload
         self.uploads_in_progress = 0
+        self.waitlist = Waitlist(self.config.upload_slots, PIECE_BYTES / self.config.schedule.prior_rate)
+        self._uploads = 0  # ids of uploads, for the waitlist's timing
         self._sessions = 0
         self._lists: OrderedDict[tuple[int, bytes], list[bytes]] = OrderedDict()
         self._started: OrderedDict[tuple[int, bytes], dict[int, int]] = OrderedDict()
@@ -214,13 +219,23 @@ class PiecesServer:
             choices, held[1], started, uploading=self.uploads_in_progress, slots=self.config.upload_slots,
             relay_waits=self._relay_waits(key))
         data = None if isinstance(got, Decline) else self._piece_bytes(*key, got)
+        fetcher = str(stream.muxed_conn.peer_id)
+        now = trio.current_time()
         if isinstance(got, Decline) or data is None:
-            if got is Decline.BUSY:
-                self.busy += 1
-            status = Status.BUSY if got is Decline.BUSY else Status.NOT_FOUND
-            return await reply_within(stream, self.config.request_timeout, bytes([status]), close=False)
+            if got is not Decline.BUSY:
+                return await reply_within(stream, self.config.request_timeout, bytes([Status.NOT_FOUND]),
+                                          close=False)
+            self.busy += 1
+            wait_ms = min(round(self.waitlist.turn(fetcher, now) * 1000), 0xFFFF)
+            return await reply_within(stream, self.config.request_timeout,
+                                      bytes([Status.BUSY]) + U16.pack(wait_ms), close=False)
+        self.waitlist.served(fetcher)
         started[got] = started.get(got, 0) + 1
         self.uploads_in_progress += 1
+        self._uploads += 1
+        upload = self._uploads
+        self.waitlist.started(upload, now)
+        ok = False
         try:
             ok = await reply_within(stream, self.config.serve_timeout,
                                     bytes([Status.OK]) + PIECE_HEADER.pack(got, len(data)), data, close=False)
@@ -232,6 +247,7 @@ class PiecesServer:
             return ok
         finally:
             self.uploads_in_progress -= 1
+            self.waitlist.finished(upload, trio.current_time(), complete=ok)
 
     async def _status(self, stream: INetStream, status: Status) -> None:
         await reply_within(stream, self.config.request_timeout, bytes([status]))

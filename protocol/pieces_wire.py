@@ -1,4 +1,4 @@
-"""Wire format and settings of ``/distro/pieces/1.0.0``: a session per (fetcher, holder, payload).
+"""Wire format and settings of ``/distro/pieces/1.1.0``: a session per (fetcher, holder, payload).
 
 Why sessions: opening a py-libp2p stream costs ~8 ms of CPU on each side (multistream-select, yamux), and
 a stream per piece made a swarm fetch of one 1.45 MB payload by 3 peers cost 8x the CPU of a whole-payload
@@ -17,6 +17,8 @@ pull. One stream carries every request of one fetcher to one holder for one payl
     HASHES  size:u64 | count:u32 | count x 32 bytes   (the size is bound by the root: an inclusion list
                                                      names a payload by root alone)
     PIECE   index:u32 | length:u32 | body[length]
+  and a PIECE refused as BUSY:
+    PIECE   retry_after_ms:u16   when to ask this holder again (protocol/swarm_turns.py; 1.1.0 added it)
 
 Lengths and counts are checked against what the fetcher already knows from the signed announcement (the
 payload size gives the piece count and every piece's length) before any buffer exists.
@@ -43,7 +45,7 @@ from .swarm_schedule import ScheduleConfig
 from .transfer import PayloadRequest, check_address, read_request, status_error
 from .wire import ByteReader, ShortReadError, read_exactly
 
-PIECES_PROTOCOL = TProtocol("/distro/pieces/1.0.0")
+PIECES_PROTOCOL = TProtocol("/distro/pieces/1.1.0")
 MAX_CHOICES = 16
 U8 = struct.Struct(">B")
 U16 = struct.Struct(">H")

@@ -6,7 +6,9 @@ a HAVE long poll, so news of a piece it just got arrives at once. The piece-hash
 first holder that has it, and is checked against the root the caller got from the signed announcement;
 every piece is then checked against it on arrival and kept in ``partials`` at once, so this peer serves it
 to the others while it still fetches the rest. A holder whose bytes do not verify, or who sends a piece it
-was not asked for, is dropped for the rest of the fetch and named in the error.
+was not asked for, is dropped for the rest of the fetch and named in the error. A holder that refuses a
+request as busy names when to ask again, and the fetches of one peer share a ``HolderGate`` (one request to
+a holder at a time over all of them): protocol/swarm_turns.py says why.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .pieces_wire import (
     HAVE_HEADER,
     PIECE_HEADER,
     PIECES_PROTOCOL,
+    U16,
     Kind,
     Message,
     PiecesConfig,
@@ -51,6 +54,7 @@ from .rpc import client_stream
 from .store import PayloadStore
 from .swarm_lanes import Lane, Lost, carrying, describe
 from .swarm_schedule import ALL, Failure, PieceScheduler, Request
+from .swarm_turns import GateUse, HolderGate
 from .wire import ShortReadError, read_exactly
 
 logger = logging.getLogger(__name__)
@@ -83,17 +87,18 @@ class SwarmRequest:
 async def fetch_swarm(host: P2PHost, request: SwarmRequest, holders: Sequence[ID], *, store: PayloadStore,
                       partials: PartialPayloads, complete: Sequence[ID] = (),
                       config: PiecesConfig | None = None, conn_class: ConnClass = all_direct,
-                      stats: FetchStats | None = None) -> bytes:
+                      stats: FetchStats | None = None, gate: HolderGate | None = None) -> bytes:
     """The payload, from ``store`` or fetched from ``holders`` (``complete`` ones are known to hold all of
     it: its author, the leader that listed it) and kept in ``store``. Raises FetchFailedError naming each
-    holder's error when no complete copy could be put together within ``fetch_timeout``."""
+    holder's error when no complete copy could be put together within ``fetch_timeout``. ``gate``: shared
+    by the fetches this peer runs at once (None: this fetch asks each holder as its scheduler allows)."""
     cfg = config or PiecesConfig()
     cached = store.get(request.step, request.root)
     if cached is not None:
         return cached
     if request.size is not None and not 0 <= request.size <= cfg.max_payload_bytes:
         raise PayloadTooLargeError(f"announced size {request.size} is outside 0..{cfg.max_payload_bytes}")
-    run = _Fetch(host, request, cfg, partials, conn_class, stats or FetchStats())
+    run = _Fetch(host, request, cfg, partials, conn_class, stats or FetchStats(), gate)
     # A one-piece payload gains nothing from partial holders: its complete holders alone, one session each.
     single = request.size is not None and piece_count(request.size) == 1
     order = list(dict.fromkeys(h for h in [*complete, *(() if single else holders)] if h != host.peer_id))
@@ -117,9 +122,9 @@ _STALL_LOG_AFTER = 10.0  # seconds without a new piece before a fetch logs where
 
 class _Fetch:
     def __init__(self, host: P2PHost, request: SwarmRequest, cfg: PiecesConfig, partials: PartialPayloads,
-                 conn_class: ConnClass, stats: FetchStats) -> None:
+                 conn_class: ConnClass, stats: FetchStats, gate: HolderGate | None) -> None:
         self.host, self.request, self.cfg, self.partials = host, request, cfg, partials
-        self.conn_class, self.stats = conn_class, stats
+        self.conn_class, self.stats, self.gate = conn_class, stats, GateUse(gate)
         self.errors: list[tuple[str, TransportError]] = []
         self.lanes: dict[str, Lane] = {}
         self.sched: PieceScheduler | None = None
@@ -143,6 +148,16 @@ class _Fetch:
         self._changed.set()
 
     async def run(self, order: list[ID], complete: set[ID]) -> None:
+        gate = self.gate.gate
+        unwatch = None if gate is None else gate.watch(self.poke)
+        try:
+            await self._run(order, complete)
+        finally:
+            if unwatch is not None:
+                unwatch()
+            self.gate.settle(set())
+
+    async def _run(self, order: list[ID], complete: set[ID]) -> None:
         async with trio.open_nursery() as nursery:
             for h in order:
                 self.lanes[str(h)] = lane = Lane(h, h in complete)
@@ -175,7 +190,9 @@ class _Fetch:
                     sched.request_failed(rid, now, Failure.LOST)
                 elif carrier.current is not None and carrier.current.id == rid and carrier.scope is not None:
                     carrier.scope.cancel()
-            for req in sched.next_requests(now):
+            self.gate.settle(sched.in_flight_ids())
+            for req in sched.next_requests(now, self.gate.may_ask):
+                self.gate.took(req.id, req.holder)
                 lane = self.lanes[req.holder]
                 lane.pending = req
                 lane.work.set()
@@ -359,7 +376,9 @@ class _Fetch:
             with trio.fail_after(self.cfg.piece_timeout):
                 (status,) = await read_exactly(stream, 1)
                 if status == Status.BUSY:
-                    sched.request_failed(req.id, trio.current_time(), Failure.BUSY)
+                    (wait_ms,) = U16.unpack(await read_exactly(stream, U16.size))
+                    now = trio.current_time()
+                    sched.request_failed(req.id, now, Failure.BUSY, retry_after=wait_ms / 1000)
                     self.poke()
                     return
                 if status != Status.OK:

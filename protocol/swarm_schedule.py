@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -58,13 +58,16 @@ class ScheduleConfig:
     prior_rate: float = 1.0e6  # bytes/s assumed for a holder not yet measured
     rate_smoothing: float = 0.5  # weight of the newest measurement in the moving average
     backoff: float = 0.1  # seconds a BUSY or LOST holder rests
+    # A BUSY holder names when to come back (protocol/swarm_turns.py); we rest that long, at most this, so a
+    # holder that names an hour costs a fetch no more than this there.
+    max_rest: float = 2.0
     overdue_factor: float = 4.0  # a request is overdue after this times its expected time ...
     overdue_floor: float = 2.0  # ... and never before this many seconds
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1 or self.choices < 1:
             raise ValueError("ScheduleConfig.max_in_flight and choices must be >= 1")
-        for name in ("prior_rate", "backoff", "overdue_factor", "overdue_floor"):
+        for name in ("prior_rate", "backoff", "max_rest", "overdue_factor", "overdue_floor"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ScheduleConfig.{name} must be > 0")
         if not 0 < self.rate_smoothing <= 1:
@@ -145,13 +148,17 @@ class PieceScheduler:
 
     # --- decisions out --------------------------------------------------------------------------------------
 
-    def next_requests(self, now: float) -> list[Request]:
-        """New requests to send now; empty when every free slot has nothing useful to ask for."""
+    def next_requests(self, now: float, may_ask: Callable[[str], bool] | None = None) -> list[Request]:
+        """New requests to send now; empty when every free slot has nothing useful to ask for.
+
+        ``may_ask(holder)`` False: this peer is asking that holder for another payload already
+        (protocol/swarm_turns.py ``HolderGate``). At most one request per holder per call, so the caller
+        can take the gate for each request it gets."""
         out: list[Request] = []
         # Cheap exits first: the fetch loop calls this every back-off, and most calls find every holder
         # busy or resting, or nothing left to ask for (a flow model of 16 peers spent half its time here).
         free_holders = [n for n, h in self.holders.items() if not h.dropped and h.resting_until <= now
-                        and len(h.in_flight) < self.config.max_in_flight]
+                        and len(h.in_flight) < self.config.max_in_flight and (may_ask is None or may_ask(n))]
         if not free_holders:
             return out
         askable = set(range(self.count)) - self.have - self._reserved()
@@ -172,6 +179,8 @@ class PieceScheduler:
                 h.in_flight.add(rid)
                 askable.difference_update(picks)
                 out.append(Request(rid, name, picks))
+                if may_ask is not None:
+                    break
         return out
 
     def overdue(self, now: float) -> list[int]:
@@ -213,7 +222,9 @@ class PieceScheduler:
             self.received_bytes += nbytes
         self._forget(request_id)
 
-    def request_failed(self, request_id: int, now: float, why: Failure) -> None:
+    def request_failed(self, request_id: int, now: float, why: Failure, *, retry_after: float = 0.0) -> None:
+        """``retry_after``: when a BUSY holder said to come back (seconds); the holder rests that long,
+        within [backoff, max_rest]."""
         r = self._requests.get(request_id)
         if r is None:
             return
@@ -222,7 +233,8 @@ class PieceScheduler:
         if why in (Failure.LYING, Failure.GONE):
             self.holder_failed(r.holder)
             return
-        h.resting_until = max(h.resting_until, now + self.config.backoff)
+        rest = min(max(self.config.backoff, retry_after), self.config.max_rest)
+        h.resting_until = max(h.resting_until, now + rest)
         if why is Failure.LOST and r.piece is not None and r.started_at is not None:
             # It started the piece and had not finished it: whatever its rate, it is below a piece per
             # elapsed time. Without this a slow origin kept the prior's 2 s limit, every fetcher cancelled
@@ -239,6 +251,24 @@ class PieceScheduler:
     @property
     def in_flight(self) -> int:
         return len(self._requests)
+
+    def could_ask(self, holder: str, now: float) -> bool:
+        """Whether ``holder`` is free here and has a piece we lack: worth a :meth:`next_requests` call once
+        another fetch's request to it ended."""
+        h = self.holders.get(holder)
+        return (h is not None and not h.dropped and h.resting_until <= now
+                and len(h.in_flight) < self.config.max_in_flight and not h.pieces <= self.have)
+
+    def in_flight_ids(self) -> set[int]:
+        return set(self._requests)
+
+    def next_wake(self, now: float) -> float | None:
+        """When the first resting holder that has a piece we lack may be asked again (None when none
+        rests): the flow model's fetcher waits until then, as the daemon's fetch loop polls."""
+        wanted = set(range(self.count)) - self.have
+        times = [h.resting_until for h in self.holders.values()
+                 if not h.dropped and h.resting_until > now and not h.pieces.isdisjoint(wanted)]
+        return min(times, default=None)
 
     def missing_pieces(self) -> list[int]:
         return [i for i in range(self.count) if i not in self.have]

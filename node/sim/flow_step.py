@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import cast
 
-from distro_node.protocol.pieces import piece_count, piece_span
+from distro_node.protocol.pieces import PIECE_BYTES, piece_count, piece_span
 from distro_node.protocol.swarm_schedule import (
     ALL,
     Decline,
@@ -31,6 +31,7 @@ from distro_node.protocol.swarm_schedule import (
     own_first_copies_left,
     pick_to_serve,
 )
+from distro_node.protocol.swarm_turns import HolderGate, Waitlist
 
 from .flow_net import FlowModelError, FlowNetwork, Line, Transfer
 
@@ -50,6 +51,9 @@ class ExchangeSpec:
     # One-way delay of a request, a reply header or a have-map update.
     latency: float = 0.001
     upload_slots: int = 2
+    # The refusal rules of protocol/swarm_turns.py, as the daemon's pieces protocol has them (off: every
+    # fetch polls busy holders each back-off, as before them).
+    turns: bool = True
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     time_limit: float = 3600.0
 
@@ -75,6 +79,7 @@ class ExchangeResult:
     uploaded: list[float]  # bytes per peer
     downloaded: list[float]
     wanted_bytes: list[int]  # per fetcher: payload bytes it needed
+    refused: int = 0  # piece requests a holder declined as busy
 
     @property
     def seconds(self) -> float:
@@ -122,6 +127,11 @@ class _Exchange:
         self.sched: dict[tuple[int, int], PieceScheduler] = {}
         self.moving: dict[tuple[int, int, int], Transfer] = {}
         self.waking: set[tuple[int, int]] = set()
+        self.refused = 0
+        prior = PIECE_BYTES / spec.schedule.prior_rate
+        self.waitlists = [Waitlist(spec.upload_slots, prior) for _ in range(n)]
+        self.gates = [HolderGate() for _ in range(n)]
+        self.gated: dict[tuple[int, int, int], int] = {}  # (fetcher, author, request) -> holder it gates
         self.missing = [len(w) for w in spec.wants]
         self.done_at = [math.inf if spec.wants[i] else 0.0 for i in range(n)]
         # Who wants a payload, to tell them when a neighbour gains a piece of it.
@@ -150,7 +160,7 @@ class _Exchange:
                 heapq.heappop(self.events)[2]()
         size = spec.payload_bytes
         return ExchangeResult(self.done_at, list(self.net.uploaded), list(self.net.downloaded),
-                              [size * len(w) for w in spec.wants])
+                              [size * len(w) for w in spec.wants], self.refused)
 
     # --- authors and fetchers ------------------------------------------------------------------------------
 
@@ -181,11 +191,29 @@ class _Exchange:
             if moving is not None:
                 self.net.cancel(moving)
                 self.uploading[moving.src] -= 1
+                self.waitlists[moving.src].finished(id(moving), now, complete=False)
             sched.request_failed(rid, now, Failure.LOST)
-        for req in sched.next_requests(now):
+            self._ungate(fetcher, author, rid)
+        gate = self.gates[fetcher] if self.spec.turns else None
+        for req in sched.next_requests(now, None if gate is None else gate.may_ask):
             holder = int(req.holder)
+            if gate is not None:
+                gate.take(req.holder)
+                self.gated[(fetcher, author, req.id)] = holder
             self.at(now + self.spec.latency,
                     partial(self._serve, fetcher, author, holder, req.id, req.candidates))
+
+    def _ungate(self, fetcher: int, author: int, rid: int) -> None:
+        """A request ended: the fetcher may ask that holder again, for any payload (each one it fetches
+        there is asked at once, as the daemon's gate pokes every fetch)."""
+        holder = self.gated.pop((fetcher, author, rid), None)
+        if holder is None:
+            return
+        self.gates[fetcher].give(str(holder))
+        for other in self.spec.wants[fetcher]:
+            sched = self.sched.get((fetcher, other))
+            if other != author and sched is not None and sched.could_ask(str(holder), self.net.now):
+                self._ask(fetcher, other)
 
     # --- holders -------------------------------------------------------------------------------------------
 
@@ -196,10 +224,15 @@ class _Exchange:
         got = pick_to_serve(candidates, self.have[holder].get(author, set()), started,
                             uploading=self.uploading[holder], slots=self.spec.upload_slots, relay_waits=waits)
         reply_at = self.net.now + self.spec.latency
+        waitlist = self.waitlists[holder]
         if isinstance(got, Decline):
             why = Failure.BUSY if got is Decline.BUSY else Failure.GONE
-            self.at(reply_at, lambda: self._failed(fetcher, author, rid, why))
+            self.refused += why is Failure.BUSY
+            turns = self.spec.turns and why is Failure.BUSY
+            hint = waitlist.turn(str(fetcher), self.net.now) if turns else 0.0
+            self.at(reply_at, lambda: self._failed(fetcher, author, rid, why, hint))
             return
+        waitlist.served(str(fetcher))
         started[got] = started.get(got, 0) + 1
         self.uploading[holder] += 1
         self.sched[(fetcher, author)].piece_started(rid, got, self.net.now)
@@ -207,9 +240,11 @@ class _Exchange:
         transfer = Transfer(holder, fetcher, size, tag=(author, got, rid))
         self.moving[(fetcher, author, rid)] = transfer
         self.net.start(transfer)
+        waitlist.started(id(transfer), self.net.now)
 
-    def _failed(self, fetcher: int, author: int, rid: int, why: Failure) -> None:
-        self.sched[(fetcher, author)].request_failed(rid, self.net.now, why)
+    def _failed(self, fetcher: int, author: int, rid: int, why: Failure, retry_after: float) -> None:
+        self.sched[(fetcher, author)].request_failed(rid, self.net.now, why, retry_after=retry_after)
+        self._ungate(fetcher, author, rid)
         self._ask(fetcher, author)
         self._wake(fetcher, author)
 
@@ -219,22 +254,30 @@ class _Exchange:
         key = (fetcher, author)
         if key in self.waking:
             return
+        sched = self.sched[key]
+        when = sched.next_wake(self.net.now) if self.spec.turns else self.net.now + self.spec.schedule.backoff
+        if when is None:
+            return
         self.waking.add(key)
 
         def wake() -> None:
             self.waking.discard(key)
-            if not self.sched[key].complete:
+            if not sched.complete:
                 self._ask(fetcher, author)
+                if self.spec.turns:
+                    self._wake(fetcher, author)
 
-        self.at(self.net.now + self.spec.schedule.backoff, wake)
+        self.at(when, wake)
 
     def _delivered(self, transfer: Transfer) -> None:
         author, piece, rid = cast(tuple[int, int, int], transfer.tag)
         holder, fetcher = transfer.src, transfer.dst
         self.uploading[holder] -= 1
+        self.waitlists[holder].finished(id(transfer), self.net.now, complete=True)
         self.moving.pop((fetcher, author, rid), None)
         sched = self.sched[(fetcher, author)]
         sched.piece_done(rid, self.net.now)
+        self._ungate(fetcher, author, rid)
         self.have[fetcher].setdefault(author, set()).add(piece)
         later = self.net.now + self.spec.latency
         for other in self.fetchers[author]:

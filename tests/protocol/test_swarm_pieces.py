@@ -23,6 +23,7 @@ from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import (
     PIECE_HEADER,
     PIECES_PROTOCOL,
+    U16,
     Kind,
     Message,
     PiecesConfig,
@@ -281,12 +282,19 @@ async def _exactly(stream: INetStream, n: int) -> bytes:
 
 async def _ask_piece(stream: INetStream, index: int) -> Status:
     """One PIECE request on an open session; a piece sent is read to its end."""
+    return (await _ask_piece_told(stream, index))[0]
+
+
+async def _ask_piece_told(stream: INetStream, index: int) -> tuple[Status, int | None]:
+    """As _ask_piece, with the milliseconds a BUSY reply says to wait (None for other replies)."""
     await stream.write(Message(Kind.PIECE, choices=(index,)).encode())
     status = Status((await _exactly(stream, 1))[0])
     if status is Status.OK:
         _, length = PIECE_HEADER.unpack(await _exactly(stream, PIECE_HEADER.size))
         assert len(await _exactly(stream, length)) == length
-    return status
+    if status is Status.BUSY:
+        return status, U16.unpack(await _exactly(stream, U16.size))[0]
+    return status, None
 
 
 @pytest.mark.network
@@ -310,5 +318,34 @@ def test_own_first_copies_are_sent_before_relaying_another_payload() -> None:
                 for i in range(1, piece_count(SIZE)):
                     assert await _ask_piece(mine, i) is Status.OK
                 assert await _ask_piece(relay, 1) is Status.OK  # every piece of ours went out once
+
+    trio.run(body)
+
+
+@pytest.mark.network
+def test_a_busy_holder_tells_each_fetcher_a_later_turn() -> None:
+    """protocol/swarm_turns.py: the second fetcher refused is told to come back after the first, by the
+    holder's time per piece over its slots; the first asking again keeps its turn."""
+
+    async def body() -> None:
+        async with swarm(3) as ((a, b, c), (sa, _, _)):
+            own_root = sa.store.put(5, os.urandom(SIZE))
+            other_root = sa.store.put(5, os.urandom(SIZE))
+            sa.mark_own(5, own_root)
+            with trio.fail_after(WAIT):
+                streams = []
+                for host, root in ((b, own_root), (b, other_root), (c, other_root)):
+                    stream = await host.open_stream(a.peer_id, PIECES_PROTOCOL)
+                    await stream.write(SessionOpen(RUN, 5, root).encode())
+                    assert await _exactly(stream, 1) == bytes([Status.OK])
+                    streams.append(stream)
+                mine, b_relay, c_relay = streams
+                assert await _ask_piece(mine, 0) is Status.OK  # ours has pieces nobody holds from here on
+                b_status, b_wait = await _ask_piece_told(b_relay, 1)
+                c_status, c_wait = await _ask_piece_told(c_relay, 1)
+            assert b_status is c_status is Status.BUSY and b_wait is not None and c_wait is not None
+            spacing = sa.waitlist.piece_seconds / sa.config.upload_slots * 1000
+            assert c_wait >= b_wait + spacing - 50  # behind b's turn (50 ms for the two round trips)
+            assert c_wait <= 0xFFFF
 
     trio.run(body)
