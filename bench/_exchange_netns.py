@@ -23,6 +23,7 @@ from typing import Any
 from _common import RESULTS_DIR, BenchError, write_json
 from _exchange_run import run_config, summarize
 from distro_node.node.testbed.netns import Network, profile_links, ready_for_bench, tbf_args
+from distro_node.protocol.pieces import piece_count
 
 TARGET_RATIO = 1.3
 CHECK_SECONDS = 3.0
@@ -37,9 +38,13 @@ def _swarm_figures(peers: int, rounds: int, size: int, results: list[dict[str, A
     # CPU seconds all peers spent per round (set-up and barriers included): against the round time and
     # this machine's cores it says whether the testbed measured the links or the CPU.
     cpu = sum(r.get("cpu_s", 0.0) for r in results) / rounds
+    # Piece requests the holders refused as busy, per piece moved (protocol/swarm_turns.py).
+    pieces = peers * (peers - 1) * piece_count(size) * rounds
+    refused = sum(r.get("refused", 0) for r in results)
     return {"amplification": round(downloaded / (peers * (peers - 1) * size * rounds), 4),
             "upload_spread": round(max(uploaded) / mean_up, 3) if mean_up else None,
-            "cpu_s_per_round": round(cpu, 2), "cores": os.cpu_count()}
+            "cpu_s_per_round": round(cpu, 2), "cores": os.cpu_count(),
+            "refused_per_piece": round(refused / pieces, 2)}
 
 
 def run_netns(args: argparse.Namespace) -> int:
@@ -61,6 +66,7 @@ def run_netns(args: argparse.Namespace) -> int:
                 check = net.measure([0], 1, CHECK_SECONDS)
                 per_peer = run_config(n, args.rounds, args.size, args.wall, net,
                                       extra=(*(("--pieces",) if args.pieces else ()),
+                                             *(("--no-turns",) if args.no_turns else ()),
                                              *(("--log-level", "debug") if args.keep_logs else ())),
                                       results=results,
                                       log_dir=None if args.keep_logs is None else args.keep_logs / f"{n}")
@@ -85,7 +91,9 @@ def run_netns(args: argparse.Namespace) -> int:
               f"{row['median_round_s']:.3f} s (p90 {row['p90_round_s']:.3f} s), bound {bound:.3f} s at "
               f"{up:g} Mbit up: "
               f"{row['ratio_to_bound']:.2f}x (target <= {TARGET_RATIO}); link check {check['mbit']} Mbit/s")
-    path = args.out or RESULTS_DIR / ("exchange_netns_pieces.json" if args.pieces else "exchange_netns.json")
+    name = ("exchange_netns_pieces_noturns.json" if args.no_turns else "exchange_netns_pieces.json"
+            ) if args.pieces else "exchange_netns.json"
+    path = args.out or RESULTS_DIR / name
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):

@@ -32,6 +32,7 @@ from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import PiecesConfig
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.swarm_fetch import FetchStats, SwarmRequest, fetch_swarm
+from distro_node.protocol.swarm_schedule import ScheduleConfig
 from distro_node.protocol.swarm_turns import HolderGate
 from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -86,13 +87,16 @@ class Inbox:
 class Swarm:
     """The piece protocol's two sides for ``--pieces``: the server, and what this peer's fetches read."""
 
-    def __init__(self, host: P2PHost, store: PayloadStore, size: int) -> None:
+    def __init__(self, host: P2PHost, store: PayloadStore, size: int, turns: bool) -> None:
         # The fetch gives up (and says where it stood) before the round's own bound ends the process.
-        self.config = PiecesConfig(max_payload_bytes=max(size, 1), fetch_timeout=WAIT_S - 10)
+        # Without turns, a busy holder's retry-after is capped at the back-off (the rest before it had one).
+        schedule = ScheduleConfig() if turns else ScheduleConfig(max_rest=ScheduleConfig().backoff)
+        self.config = PiecesConfig(max_payload_bytes=max(size, 1), fetch_timeout=WAIT_S - 10,
+                                   schedule=schedule)
         self.partials = PartialPayloads()
         self.server = PiecesServer(host, store, self.partials, self.config)
         self.stats = FetchStats()
-        self.gate = HolderGate()  # one request to a holder at a time over this peer's fetches
+        self.gate = HolderGate() if turns else None  # one request to a holder at once over our fetches
         self.server.install()
 
 
@@ -145,13 +149,13 @@ async def _linger(host: P2PHost, resend: Resend) -> None:
 
 
 async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, listen: str,
-                    pieces: bool) -> int:
+                    pieces: bool, turns: bool) -> int:
     cfg = HostConfig(listen_addrs=(listen,), px_interval=0.5, dial_timeout=20.0, px_timeout=10.0)
     xfer = TransferConfig(max_payload_bytes=max(size, 1), attempt_timeout=60.0)
     async with open_host(create_new_key_pair(), cfg) as host, open_gossip(host, RUN) as gossip:
         store = PayloadStore(RUN, window_steps=3)
         PayloadServer(host, store, xfer).install()
-        swarm = Swarm(host, store, size) if pieces else None
+        swarm = Swarm(host, store, size, turns) if pieces else None
         print(json.dumps({"addr": str(host.addrs()[0])}), flush=True)
         if bootstrap:
             await host.bootstrap([bootstrap])
@@ -183,6 +187,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
             nursery.cancel_scope.cancel()
         moved = {} if swarm is None else {"downloaded": swarm.stats.downloaded,
                                           "uploaded": swarm.server.uploaded_bytes,
+                                          "refused": swarm.server.busy,
                                           "cpu_s": round(time.process_time(), 3)}
         print(json.dumps({"times": times, "timed_out": rc != 0, **moved}), flush=True)
         return rc
@@ -196,11 +201,13 @@ def main() -> int:
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0", help="listen multiaddr")
     ap.add_argument("--pieces", action="store_true", help="fetch in pieces from every peer (piece swarm)")
+    ap.add_argument("--no-turns", action="store_true", help="no retry-after rests, no holder gate")
     ap.add_argument("--log-level", default="warning", help="log level of the fetch and serving code (stderr)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("distro_node.protocol").setLevel(args.log_level.upper())
-    return trio.run(peer_main, args.peers, args.rounds, args.size, args.bootstrap, args.listen, args.pieces)
+    return trio.run(peer_main, args.peers, args.rounds, args.size, args.bootstrap, args.listen, args.pieces,
+                    not args.no_turns)
 
 
 if __name__ == "__main__":

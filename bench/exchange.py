@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pieces", action="store_true",
                     help="with --netns: fetch in pieces from every peer (/distro/pieces/1.1.0, the piece "
                          "swarm) and write bench/results/exchange_netns_pieces.json")
+    ap.add_argument("--no-turns", action="store_true",
+                    help="with --pieces: fetchers ignore busy holders' retry-after and ask each holder per "
+                         "payload (the swarm before protocol/swarm_turns.py), to compare; written to "
+                         "exchange_netns_pieces_noturns.json")
     ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                     help="with --netns: each peer's stderr (DEBUG for the piece fetch) in DIR/N/peerI.log")
     ap.add_argument("--hivemind-python", type=Path, default=None, metavar="PATH",
@@ -56,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                          "python, created when missing; bench/_exchange_hivemind.py)")
     ap.add_argument("--no-hivemind", action="store_true", help="skip the hivemind side-by-side run")
     args = ap.parse_args(argv)
+    if args.no_turns and not args.pieces:
+        ap.error("--no-turns needs --pieces")
     if args.netns is not None:
         return run_netns(args)
     if args.pieces:

@@ -97,18 +97,19 @@ def run_one(lines: list[Line], k: int, latency: float, payload_bytes: int = PAYL
     }
 
 
-def predictions(kinds: list[str], sizes: list[int], ks: list[int], full_max: int) -> list[dict[str, Any]]:
+def predictions(kinds: list[str], sizes: list[int], ks: list[int], full_max: int,
+                k_max: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for kind in kinds:
         for k in [0, *ks]:
             ratio = None
             for n in sizes:
                 lines = population(kind, n)
-                if k == 0 and n > full_max:
+                if n > (full_max if k == 0 else k_max):
                     if ratio is None:
                         continue
-                    bound = swarm_bound(lines, PAYLOAD_BYTES, wants_for(n, 0))
-                    rows.append({"population": kind, "peers": n, "k": 0, "bound_s": round(bound, 3),
+                    bound = swarm_bound(lines, PAYLOAD_BYTES, wants_for(n, k))
+                    rows.append({"population": kind, "peers": n, "k": k, "bound_s": round(bound, 3),
                                  "seconds": round(bound * ratio, 3), "extrapolated": True})
                     continue
                 row = {"population": kind, **run_one(lines, k, INTERNET_LATENCY)}
@@ -152,21 +153,22 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    series: dict[str, list[tuple[int, float]]] = {}
+    series: dict[str, list[tuple[int, float, bool]]] = {}
     for r in rows:
-        bound = "all included (dashed: bound x ratio)" if r["k"] == 0 else f"K = {r['k']}"
-        label = f"{r['population']}, {bound}"
-        series.setdefault(label, []).append((r["peers"], r["seconds"]))
-    extrapolated = {(r["population"], r["peers"]) for r in rows if r.get("extrapolated")}
+        bound = "all included" if r["k"] == 0 else f"K = {r['k']}"
+        series.setdefault(f"{r['population']}, {bound}", []).append(
+            (r["peers"], r["seconds"], bool(r.get("extrapolated"))))
     for label, points in series.items():
         points.sort()
-        simulated = [p for p in points if not (label.endswith("ratio)") and (label.split(",")[0], p[0])
-                                                in extrapolated)]
-        xs, ys = zip(*simulated, strict=True)
-        line = ax.plot(xs, ys, marker="o", linewidth=1.4, label=label)[0]
-        if len(simulated) < len(points):
+        simulated = [p for p in points if not p[2]]
+        if not simulated:
+            continue
+        xs = [p[0] for p in simulated]
+        ys = [p[1] for p in simulated]
+        drawn = ax.plot(xs, ys, marker="o", linewidth=1.4, label=label)[0]
+        if len(simulated) < len(points):  # dashed: the bound times the ratio at the largest simulated N
             rest = points[len(simulated) - 1:]
-            ax.plot([p[0] for p in rest], [p[1] for p in rest], linestyle="--", color=line.get_color())
+            ax.plot([p[0] for p in rest], [p[1] for p in rest], linestyle="--", color=drawn.get_color())
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("peers")
@@ -187,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--populations", default="home,mixed")
     ap.add_argument("--full-max", type=int, default=64,
                     help="largest N simulated with every payload included")
+    ap.add_argument("--k-max", type=int, default=128,
+                    help="largest N simulated with a bound K (the model's time grows about as N^2: 64 peers "
+                         "took 81 s, 128 about 5 minutes)")
     ap.add_argument("--validate", type=Path, nargs="*", default=[],
                     help="testbed result files to check against (none: keep the validation in --out)")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "flow.json")
@@ -202,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, json.JSONDecodeError):
         kept = {}
     doc["validation"] = validation(args.validate) if args.validate else kept.get("validation", [])
-    rows = predictions(args.populations.split(","), sizes, ks, args.full_max) if sizes else kept.get(
-        "predictions", [])
+    kinds = args.populations.split(",")
+    rows = predictions(kinds, sizes, ks, args.full_max, args.k_max) if sizes else kept.get("predictions", [])
     doc["predictions"] = rows
     write_json(args.out, doc)
     if rows:
