@@ -18,6 +18,7 @@ Two parts, both in bench/results/flow.json (and flow.png):
     .venv/bin/python bench/flow.py                                   # predictions only
     .venv/bin/python bench/flow.py --validate bench/results/exchange_netns_pieces.json --sizes ''
     .venv/bin/python bench/flow.py --sizes 16,64 --k 8 --out /tmp/flow.json   # a quick look
+    .venv/bin/python bench/flow.py --sizes '' --merge /tmp/home.json /tmp/mixed.json   # join parallel runs
 """
 
 from __future__ import annotations
@@ -119,6 +120,28 @@ def predictions(kinds: list[str], sizes: list[int], ks: list[int], full_max: int
     return rows
 
 
+def merged(*runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (population, peers, K): the first run's that has one, except that a simulated row
+    replaces an extrapolated one wherever it comes from; extrapolated rows are then scaled again from the
+    largest N simulated below them."""
+    out: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for rows in runs:
+        for r in rows:
+            key = (r["population"], r["peers"], r["k"])
+            have = out.get(key)
+            if have is None or (have.get("extrapolated") and not r.get("extrapolated")):
+                out[key] = r
+    rows = sorted(out.values(), key=lambda r: (r["population"], r["k"], r["peers"]))
+    last: dict[tuple[str, int], float] = {}  # the ratio at the largest N simulated so far
+    for r in rows:
+        series = (r["population"], r["k"])
+        if not r.get("extrapolated"):
+            last[series] = r["seconds"] / r["bound_s"]
+        elif series in last:  # rows joined from several runs: scale from the largest simulated N of all
+            r["seconds"] = round(r["bound_s"] * last[series], 3)
+    return rows
+
+
 def validation(files: list[Path]) -> list[dict[str, Any]]:
     """Model against every testbed row found in bench/exchange.py's ``--netns PROFILE --pieces`` results
     (exchange_netns_pieces.json): the same profile, peer count and payload, every payload fetched by every
@@ -190,10 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full-max", type=int, default=64,
                     help="largest N simulated with every payload included")
     ap.add_argument("--k-max", type=int, default=128,
-                    help="largest N simulated with a bound K (the model's time grows about as N^2: 64 peers "
-                         "took 81 s, 128 about 5 minutes)")
+                    help="largest N simulated with a bound K (one configuration took 79 s at 64 peers, "
+                         "155 s at 128)")
     ap.add_argument("--validate", type=Path, nargs="*", default=[],
                     help="testbed result files to check against (none: keep the validation in --out)")
+    ap.add_argument("--merge", type=Path, nargs="*", default=[],
+                    help="other flow.py outputs whose predictions join --out's (runs of different sizes or "
+                         "populations side by side)")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "flow.json")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -208,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         kept = {}
     doc["validation"] = validation(args.validate) if args.validate else kept.get("validation", [])
     kinds = args.populations.split(",")
-    rows = predictions(kinds, sizes, ks, args.full_max, args.k_max) if sizes else kept.get("predictions", [])
+    others = [json.loads(path.read_text()).get("predictions", []) for path in args.merge]
+    rows = merged(predictions(kinds, sizes, ks, args.full_max, args.k_max) if sizes else [], *others,
+                  kept.get("predictions", []))
     doc["predictions"] = rows
     write_json(args.out, doc)
     if rows:

@@ -27,6 +27,8 @@ Rules, and why:
   decides it), then the time a piece would take there given the measured rate and the requests already
   queued on it, its own reported uploads included. At most ``max_in_flight`` requests per holder.
 - A holder that failed, or sent bytes that do not verify, is dropped at once and its pieces re-offered.
+- A holder that refused as busy rests until the turn it named (``retry_after``, capped), and a caller
+  sharing holders among fetches can close some to this one (``may_ask``): protocol/swarm_turns.py.
 """
 
 from __future__ import annotations
