@@ -31,7 +31,8 @@ from distro_node.protocol.payload_fetch import fetch_payload
 from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import PiecesConfig
 from distro_node.protocol.store import PayloadStore
-from distro_node.protocol.swarm_fetch import FetchStats, SwarmRequest, fetch_swarm
+from distro_node.protocol.swarm_fetch import fetch_swarm
+from distro_node.protocol.swarm_request import FetchStats, SwarmRequest
 from distro_node.protocol.swarm_schedule import ScheduleConfig
 from distro_node.protocol.swarm_turns import HolderGate
 from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig

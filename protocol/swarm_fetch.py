@@ -14,8 +14,7 @@ a holder at a time over all of them): protocol/swarm_turns.py says why.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 import trio
 from libp2p.abc import INetStream
@@ -53,36 +52,12 @@ from .pieces_wire import (
 from .rpc import client_stream
 from .store import PayloadStore
 from .swarm_lanes import Lane, Lost, carrying, describe
+from .swarm_request import ConnClass, FetchStats, SwarmRequest, all_direct
 from .swarm_schedule import ALL, Failure, PieceScheduler, Request
 from .swarm_turns import GateUse, HolderGate
 from .wire import ShortReadError, read_exactly
 
 logger = logging.getLogger(__name__)
-
-ConnClass = Callable[[ID], int]
-
-
-def all_direct(_: ID) -> int:
-    """The default connection class: every holder is a direct connection (class 0)."""
-    return 0
-
-
-@dataclass
-class FetchStats:
-    """What one fetch moved: piece bytes read (every verified or rejected piece), by holder too.
-    ``downloaded / size`` is the fetch amplification."""
-
-    downloaded: int = 0
-    by_holder: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SwarmRequest:
-    run_id: bytes
-    step: int
-    root: bytes
-    size: int | None  # from the announcement; None when only a list names the payload (the root binds it)
-
 
 async def fetch_swarm(host: P2PHost, request: SwarmRequest, holders: Sequence[ID], *, store: PayloadStore,
                       partials: PartialPayloads, complete: Sequence[ID] = (),

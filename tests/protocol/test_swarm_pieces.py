@@ -33,7 +33,8 @@ from distro_node.protocol.pieces_wire import (
     read_open,
 )
 from distro_node.protocol.store import PayloadStore
-from distro_node.protocol.swarm_fetch import FetchStats, SwarmRequest, fetch_swarm
+from distro_node.protocol.swarm_fetch import fetch_swarm
+from distro_node.protocol.swarm_request import FetchStats, SwarmRequest
 from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
 from libp2p.abc import INetStream
 
