@@ -159,8 +159,8 @@ class PieceScheduler:
         out: list[Request] = []
         # Cheap exits first: the fetch loop calls this every back-off, and most calls find every holder
         # busy or resting, or nothing left to ask for (a flow model of 16 peers spent half its time here).
-        free_holders = [n for n, h in self.holders.items() if not h.dropped and h.resting_until <= now
-                        and len(h.in_flight) < self.config.max_in_flight and (may_ask is None or may_ask(n))]
+        free_holders = [n for n, h in self.holders.items()
+                        if self._free(h, now) and (may_ask is None or may_ask(n))]
         if not free_holders:
             return out
         askable = set(range(self.count)) - self.have - self._reserved()
@@ -258,8 +258,7 @@ class PieceScheduler:
         """Whether ``holder`` is free here and has a piece we lack: worth a :meth:`next_requests` call once
         another fetch's request to it ended."""
         h = self.holders.get(holder)
-        return (h is not None and not h.dropped and h.resting_until <= now
-                and len(h.in_flight) < self.config.max_in_flight and not h.pieces <= self.have)
+        return h is not None and self._free(h, now) and not h.pieces <= self.have
 
     def in_flight_ids(self) -> set[int]:
         return set(self._requests)
@@ -296,6 +295,10 @@ class PieceScheduler:
     def _check_index(self, i: int) -> None:
         if not 0 <= i < self.count:
             raise ValueError(f"piece {i} outside 0..{self.count - 1}")
+
+    def _free(self, h: _Holder, now: float) -> bool:
+        """Live, not resting, and with room for another request."""
+        return not h.dropped and h.resting_until <= now and len(h.in_flight) < self.config.max_in_flight
 
     def _reserved(self) -> set[int]:
         out: set[int] = set()

@@ -134,9 +134,14 @@ class GateUse:
             self.gate.take(holder)
             self._held[request_id] = holder
 
+    def ended(self, request_id: int) -> str | None:
+        """Give back what one request held, when the caller sees it end; the holder it held, if any."""
+        holder = self._held.pop(request_id, None)
+        if holder is not None and self.gate is not None:
+            self.gate.give(holder)
+        return holder
+
     def settle(self, in_flight: set[int]) -> None:
         """Give back what requests no longer in ``in_flight`` held (all of it, given an empty set)."""
-        if self.gate is None:
-            return
         for rid in [r for r in self._held if r not in in_flight]:
-            self.gate.give(self._held.pop(rid))
+            self.ended(rid)

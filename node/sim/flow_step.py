@@ -31,7 +31,7 @@ from distro_node.protocol.swarm_schedule import (
     own_first_copies_left,
     pick_to_serve,
 )
-from distro_node.protocol.swarm_turns import HolderGate, Waitlist
+from distro_node.protocol.swarm_turns import GateUse, HolderGate, Waitlist
 
 from .flow_net import FlowModelError, FlowNetwork, Line, Transfer
 
@@ -130,8 +130,8 @@ class _Exchange:
         self.refused = 0
         prior = PIECE_BYTES / spec.schedule.prior_rate
         self.waitlists = [Waitlist(spec.upload_slots, prior) for _ in range(n)]
-        self.gates = [HolderGate() for _ in range(n)]
-        self.gated: dict[tuple[int, int, int], int] = {}  # (fetcher, author, request) -> holder it gates
+        self.gates = [HolderGate() if spec.turns else None for _ in range(n)]
+        self.gate_uses: dict[tuple[int, int], GateUse] = {}  # per fetch, as each daemon fetch has one
         self.missing = [len(w) for w in spec.wants]
         self.done_at = [math.inf if spec.wants[i] else 0.0 for i in range(n)]
         # Who wants a payload, to tell them when a neighbour gains a piece of it.
@@ -194,26 +194,29 @@ class _Exchange:
                 self.waitlists[moving.src].finished(id(moving), now, complete=False)
             sched.request_failed(rid, now, Failure.LOST)
             self._ungate(fetcher, author, rid)
-        gate = self.gates[fetcher] if self.spec.turns else None
-        for req in sched.next_requests(now, None if gate is None else gate.may_ask):
+        use = self._gate_use(fetcher, author)
+        for req in sched.next_requests(now, use.may_ask):
             holder = int(req.holder)
-            if gate is not None:
-                gate.take(req.holder)
-                self.gated[(fetcher, author, req.id)] = holder
+            use.took(req.id, req.holder)
             self.at(now + self.spec.latency,
                     partial(self._serve, fetcher, author, holder, req.id, req.candidates))
 
     def _ungate(self, fetcher: int, author: int, rid: int) -> None:
         """A request ended: the fetcher may ask that holder again, for any payload (each one it fetches
         there is asked at once, as the daemon's gate pokes every fetch)."""
-        holder = self.gated.pop((fetcher, author, rid), None)
+        holder = self._gate_use(fetcher, author).ended(rid)
         if holder is None:
             return
-        self.gates[fetcher].give(str(holder))
         for other in self.spec.wants[fetcher]:
             sched = self.sched.get((fetcher, other))
-            if other != author and sched is not None and sched.could_ask(str(holder), self.net.now):
+            if other != author and sched is not None and sched.could_ask(holder, self.net.now):
                 self._ask(fetcher, other)
+
+    def _gate_use(self, fetcher: int, author: int) -> GateUse:
+        use = self.gate_uses.get((fetcher, author))
+        if use is None:
+            use = self.gate_uses[(fetcher, author)] = GateUse(self.gates[fetcher])
+        return use
 
     # --- holders -------------------------------------------------------------------------------------------
 
