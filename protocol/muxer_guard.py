@@ -12,6 +12,14 @@ never has more than the window in flight (16 MiB at most, yamux's largest), so a
 is refused by raising ``trio.TooSlowError``, which yamux's reader answers by closing the whole connection
 (its handling of a stalled frame body). Closing the connection rather than one stream is deliberate: the
 sender broke the protocol, and nothing it sends on that connection can be trusted to be paced.
+
+Frames go out whole, also when the task writing one is cancelled (:meth:`GuardedYamux._write_frame`). In
+py-libp2p 0.8.1 a cancel that lands inside the secured connection's write leaves the connection broken for
+good: Noise has already spent the frame's nonce when the TCP write is cancelled, or half the frame is on
+the wire, and the peer's next decrypt fails ("Failed authentication of message"), so it drops the whole
+connection, gossip and every other stream included. Cancelling a stream's write is routine (a piece fetch
+that completes cancels its other sessions, a raced pull cancels the loser): on loopback a third of
+one-piece fetches lost their connection this way and waited ~0.25 s to redial it.
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 PER_STREAM_BYTES = 2 * MAX_WINDOW_SIZE  # twice what any honest sender may have in flight
 PER_CONNECTION_BYTES = 4 * MAX_WINDOW_SIZE
+# How long a frame (64 KiB at most) may take to leave once started. 64 KiB at 1 Mbit/s is 0.5 s; a frame
+# that has not left after this long means the peer stopped reading, and the connection is closed.
+FRAME_WRITE_SECONDS = 30.0
 
 
 class BufferOverrun(trio.TooSlowError):
@@ -78,6 +89,25 @@ class GuardedYamux(Yamux):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stream_buffers = GuardedBuffers(self.peer_id, PER_STREAM_BYTES, PER_CONNECTION_BYTES)
+        self.frames_stalled = 0
+
+    async def _write_frame(self, data: bytes) -> None:
+        """One frame onto the secured connection, all of it or the connection closed (module docstring).
+
+        Waiting for the write lock may be cancelled (nothing of the frame is out yet); the write itself is
+        shielded, bounded by ``FRAME_WRITE_SECONDS``, and a cancel that came meanwhile is delivered after."""
+        async with self._write_lock:
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + FRAME_WRITE_SECONDS
+                await self.secured_conn.write(data)
+        if scope.cancelled_caught:
+            self.frames_stalled += 1
+            logger.warning("a frame to %s did not leave in %gs: closing the connection", self.peer_id,
+                           FRAME_WRITE_SECONDS)
+            with trio.CancelScope(shield=True):
+                await self._cleanup_on_error()
+            raise trio.BrokenResourceError(f"connection to {self.peer_id} stalled writing a frame")
+        await trio.lowlevel.checkpoint()
 
 
 def install_muxer_guard() -> None:
@@ -89,5 +119,5 @@ def install_muxer_guard() -> None:
     setattr(muxer_multistream, "Yamux", GuardedYamux)  # noqa: B010 (rebinding py-libp2p's name, see above)
 
 
-__all__ = ["PER_CONNECTION_BYTES", "PER_STREAM_BYTES", "BufferOverrun", "CappedBuffer", "GuardedBuffers",
-           "GuardedYamux", "install_muxer_guard"]
+__all__ = ["FRAME_WRITE_SECONDS", "PER_CONNECTION_BYTES", "PER_STREAM_BYTES", "BufferOverrun", "CappedBuffer",
+           "GuardedBuffers", "GuardedYamux", "install_muxer_guard"]

@@ -7,6 +7,8 @@ alone would have buffered without limit.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import trio
 from distro_node.protocol.host import open_host
@@ -19,6 +21,7 @@ from libp2p.network.stream.net_stream import INetStream
 pytestmark = pytest.mark.network
 
 SINK = TProtocol("/distro-test/sink/1.0.0")
+ECHO = TProtocol("/distro-test/echo/1.0.0")
 CHUNK = 1 << 20
 
 
@@ -59,5 +62,47 @@ def test_a_stream_pushed_past_the_window_closes_the_connection_within_the_cap() 
             assert buffers.overruns >= 1
             assert buffers.total() <= PER_STREAM_BYTES
             assert sent <= 2 * PER_STREAM_BYTES  # cut off near the cap, not after everything was sent
+
+    trio.run(body)
+
+
+def test_writes_cancelled_mid_stream_leave_the_connection_whole() -> None:
+    """A cancelled write must not break the connection under the streams that share it: py-libp2p alone
+    let the cancel land inside the Noise write, and the receiver's next decrypt failed and dropped the
+    connection (muxer_guard.py's docstring). Cancels at many points of a 1 MiB write, then an echo."""
+
+    async def body() -> None:
+        async def drains(stream: INetStream) -> None:
+            with contextlib.suppress(Exception):  # the client resets each stream: the read then raises
+                while await stream.read(CHUNK):
+                    pass
+
+        async def echoes(stream: INetStream) -> None:
+            await stream.write(await stream.read(16))
+            await stream.close()
+
+        async with (
+            open_host(create_new_key_pair(), NO_PX_LOOP) as server,
+            open_host(create_new_key_pair(), NO_PX_LOOP) as client,
+        ):
+            server.libp2p.set_stream_handler(SINK, drains)
+            server.libp2p.set_stream_handler(ECHO, echoes)
+            with trio.fail_after(WAIT):
+                await client.dial(str(server.addrs()[0]))
+            lost = client.lost_peers()
+            cancelled = 0
+            for attempt in range(40):  # bounded: 40 writes, each cut after a few ms at most
+                stream = await client.open_stream(server.peer_id, SINK)
+                with trio.move_on_after(0.0005 * (attempt % 8)) as scope:
+                    await stream.write(b"z" * CHUNK)
+                cancelled += scope.cancelled_caught
+                await stream.reset()
+            assert cancelled >= 10, "too few writes were cut off to test anything"
+            with trio.fail_after(WAIT):
+                stream = await client.open_stream(server.peer_id, ECHO)
+                await stream.write(b"still connected!")
+                assert await stream.read(16) == b"still connected!"
+            with pytest.raises(trio.WouldBlock):
+                lost.receive_nowait()  # the connection never dropped
 
     trio.run(body)
