@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
+from distro_node.node.config.schema import PAYLOAD_FETCHES
 from distro_node.node.join_process import PeerProc, PeerWaitError
 from distro_node.node.sim.flow_net import Line
 from distro_node.node.sim.flow_step import full_mesh
@@ -108,12 +109,12 @@ def measure(peers: list[PeerProc], warmup: int) -> dict[str, Any]:
 
 
 def run_one(profile: str, n: int, overlap: bool, steps: int, warmup: int, wall: float,
-            log_root: Path, topk: int = DEFAULT_TOPK) -> dict[str, Any]:
+            log_root: Path, topk: int = DEFAULT_TOPK, fetch: str = PAYLOAD_FETCHES[0]) -> dict[str, Any]:
     links = profile_links(profile, n)
     log_dir = Path(tempfile.mkdtemp(prefix=f"{profile}-{n}-{'ovl' if overlap else 'seq'}-", dir=log_root))
     run_args = [*run_args_for(topk), *(["--overlap"] if overlap else [])]
     t0 = time.monotonic()
-    with Testbed(links, log_dir, run_args, ["--steps", str(steps)]) as bed:
+    with Testbed(links, log_dir, run_args, ["--steps", str(steps), "--payload-fetch", fetch]) as bed:
         try:
             peers = bed.start()
             for p in peers:
@@ -128,7 +129,8 @@ def run_one(profile: str, n: int, overlap: bool, steps: int, warmup: int, wall: 
     bound = (n - 1) * payload * 8 / (up * 1e6)
     swarm = swarm_bound(links, payload)
     row.update({
-        "profile": profile, "peers": n, "overlapped": overlap, "steps": steps, "warmup": warmup,
+        "profile": profile, "peers": n, "overlapped": overlap, "payload_fetch": fetch, "steps": steps,
+        "warmup": warmup,
         "slowest_upload_mbit": up, "bound_s": round(bound, 4), "swarm_bound_s": round(swarm, 4),
         "comm_ratio_to_bound": round(row["comm_s"] / bound, 3) if row["comm_s"] and bound else None,
         "comm_ratio_to_swarm_bound": round(row["comm_s"] / swarm, 3) if row["comm_s"] and swarm else None,
@@ -208,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/internet.json)")
     ap.add_argument("--orders", default="sequential,overlapped",
                     help="comma-separated: sequential, overlapped (default both)")
+    ap.add_argument("--payload-fetch", default=PAYLOAD_FETCHES[0], choices=PAYLOAD_FETCHES,
+                    help=f"how the daemons download payloads (join --payload-fetch; default "
+                         f"{PAYLOAD_FETCHES[0]})")
     ap.add_argument("--merge", action="store_true",
                     help="keep the runs already in --out of (profile, peers) this run does not redo, so "
                          "a long matrix can be measured in parts")
@@ -241,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             for overlap in [o == "overlapped" for o in orders]:
                 try:
                     row = run_one(profile, n, overlap, args.steps, args.warmup, args.wall, log_root,
-                                  topk=args.topk)
+                                  topk=args.topk, fetch=args.payload_fetch)
                 except BenchError as exc:
                     row = {"profile": profile, "peers": n, "overlapped": overlap, "error": str(exc)}
                     print(f"{profile} N={n} {'overlapped' if overlap else 'sequential'}: FAILED: {exc}",

@@ -10,7 +10,7 @@ from typing import Any
 from distro_node.node.cli.common import UsageError, config_help
 from distro_node.node.cli.simulate import STRATEGIES
 from distro_node.node.config.run import ADMISSION_MODES
-from distro_node.node.config.schema import DATA_KINDS, LOG_LEVELS, TOKEN_DTYPES
+from distro_node.node.config.schema import DATA_KINDS, LOG_LEVELS, PAYLOAD_FETCHES, TOKEN_DTYPES
 from distro_node.node.device import DEVICES, PRECISIONS
 from distro_node.node.faults import FaultSpec, FaultSpecError, fault_usage
 from distro_node.node.logs import configure_logging
@@ -57,6 +57,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                       "IGD) to forward the listen port (a node listening beyond loopback "
                                       "asks when it is true, and advertises the mapped address once peers "
                                       "confirm they can dial it)", "network.upnp"))
+    net.add_argument("--payload-fetch", default=None, choices=PAYLOAD_FETCHES,
+                     help=config_help("how to download peers' payloads: pieces, in verified 128 KiB pieces "
+                                      "from every holder at once (each piece served on as soon as it is in); "
+                                      "whole, each payload from one holder at a time, its origin first",
+                                      "network.payload_fetch"))
     net.add_argument("--key-file", type=Path, default=None,
                      help="ed25519 identity key file, created if missing (default: DATA_DIR/identity.key "
                           "with a data dir, else a fresh identity per process) [network.key_file]")
@@ -218,6 +223,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "network.listen": tup(args.listen),
         "network.announce_addrs": tup(args.announce),
         "network.upnp": False if args.no_upnp else None,
+        "network.payload_fetch": args.payload_fetch,
         "network.key_file": args.key_file,
         "network.ticket": args.ticket,
         "run.admission": args.admission,

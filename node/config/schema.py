@@ -22,6 +22,8 @@ from distro_node.node.device import DEVICES, PRECISIONS
 from distro_node.protocol.relay_config import RelayServiceConfig
 
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+# How a node downloads payloads (node/peer/payload_exchange.py); the first is the default.
+PAYLOAD_FETCHES: tuple[str, ...] = ("pieces", "whole")
 # A relay's circuits shorter than these would be renewed every second or within one Noise handshake's bytes.
 MIN_RELAY_CIRCUIT_SECONDS = 2
 MIN_RELAY_CIRCUIT_BYTES = 64 * 1024
@@ -127,6 +129,14 @@ class NetworkConfig(Section):
         metadata=doc("as a relay: a circuit is cut after carrying this many bytes, both directions together "
                      "(renewed before that like the time cap)"),
     )
+    payload_fetch: str = field(
+        default=PAYLOAD_FETCHES[0],
+        metadata=doc(f"how this node downloads peers' payloads: {' | '.join(PAYLOAD_FETCHES)}. pieces: in "
+                     "verified 128 KiB pieces from every holder at once, each piece served on as soon as it "
+                     "is in, so a slow origin uploads each piece about once; whole: the whole payload from "
+                     "one holder at a time, origin first (it uploads a copy per peer). Both are served "
+                     "either way"),
+    )
     max_link_steps: int = field(
         default=10_000,
         metadata=doc("runs whose manifest names a root: a roster vouches for states at most this many steps "
@@ -148,6 +158,9 @@ class NetworkConfig(Section):
         self._range("behind_steps", 1, 1_000_000)
         self._range("attest_every_steps", 1, 1_000_000)
         self._range("max_link_steps", 1, 1_000_000_000)
+        if self.payload_fetch not in PAYLOAD_FETCHES:
+            raise self._fail("payload_fetch", f"must be one of {', '.join(PAYLOAD_FETCHES)}, got "
+                                              f"{self.payload_fetch!r}")
         self._range("relay_circuit_seconds", MIN_RELAY_CIRCUIT_SECONDS, 7 * 86400)
         self._range("relay_circuit_bytes", MIN_RELAY_CIRCUIT_BYTES, 1 << 40)
         if self.max_link_steps < 2 * self.attest_every_steps:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import trio
 from distro_node.compression.errors import PayloadError
@@ -39,6 +40,7 @@ class Announcer:
         mark: AnnouncedMark,
         trainer: Trainer,
         store: PayloadStore,
+        own: Callable[[int, bytes], None],
         decoded: DecodedPayloads,
         outbox: Outbox,
         driver: RoundDriver,
@@ -53,6 +55,7 @@ class Announcer:
         self._mark = mark
         self._trainer = trainer
         self._store = store
+        self._own = own
         self._decoded = decoded
         self._outbox = outbox
         self._driver = driver
@@ -80,6 +83,7 @@ class Announcer:
                            "resync or a restart); a second one would be equivocation", s)
             return 0
         self._store.put_verified(s, digest, data)
+        self._own(s, digest)
         payload: Payload | None = None
         try:
             payload = await trio.to_thread.run_sync(self._trainer.decode, data, self._self_id, s,

@@ -1,4 +1,5 @@
-"""Fetching a payload the round machine asked for: download from any holder, decode, keep if valid.
+"""Fetching a payload the round machine asked for: download it (node/peer/payload_exchange.py), decode, keep
+if valid.
 
 The fetcher only gets bytes and judges them; the result goes back to the round machine through the caller
 (node/peer/driver.py), so this module knows nothing of rounds.
@@ -8,22 +9,17 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
 
 import trio
 from distro_node.compression.errors import PayloadError
-from distro_node.protocol.circuits import Kind
 from distro_node.protocol.consensus import FetchPayload
 from distro_node.protocol.errors import FetchFailedError, PayloadNotFoundError, TransportError
-from distro_node.protocol.fetch_plan import Route
-from distro_node.protocol.host import P2PHost
-from distro_node.protocol.payload_fetch import pull_payload
 from distro_node.protocol.store import PayloadStore
-from distro_node.protocol.transfer import PayloadRequest, TransferConfig
 from libp2p.peer.id import ID
 
 from .output import Output
-from .payloads import ByteCounters, DecodedPayloads, PayloadKey
+from .payload_exchange import PayloadExchange
+from .payloads import DecodedPayloads, PayloadKey
 from .telemetry import Telemetry
 from .trainer import Trainer
 
@@ -39,46 +35,24 @@ class FetchResult(enum.Enum):
     DENIED = "denied"  # no holder delivered, and the author said it does not hold its own payload
 
 
-_ROUTE = {Kind.DIRECT: Route.DIRECT, Kind.RELAYED: Route.RELAYED}
-
-
-def routes(holders: list[ID], kind: Callable[[ID], Kind],
-           dialable: Callable[[ID], bool]) -> list[tuple[ID, Route]]:
-    """Each holder with how we reach it (the fetch plan asks direct ones first, then relayed ones, then those
-    to dial), in the given order; one we hold no connection to and have no address worth dialing for is
-    left out, so it costs no dial timeout (a NAT'd peer known only by its private address)."""
-    out: list[tuple[ID, Route]] = []
-    for h in holders:
-        k = kind(h)
-        if k in _ROUTE:
-            out.append((h, _ROUTE[k]))
-        elif dialable(h):
-            out.append((h, Route.DIAL))
-    return out
-
-
 class Fetcher:
     def __init__(
         self,
         *,
-        host: P2PHost,
+        exchange: PayloadExchange,
         store: PayloadStore,
-        config: TransferConfig,
         run_id: bytes,
         trainer: Trainer,
         decoded: DecodedPayloads,
-        counters: ByteCounters,
         out: Output,
         telemetry: Telemetry | None,
         decode_limit: trio.CapacityLimiter,
     ) -> None:
-        self._host = host
+        self._exchange = exchange
         self._store = store
-        self._config = config
         self._run_id = run_id
         self._trainer = trainer
         self._decoded = decoded
-        self._counters = counters
         self._out = out
         self._telemetry = telemetry
         self._decode_limit = decode_limit
@@ -103,28 +77,18 @@ class Fetcher:
             self._in_flight.discard(key)
 
     async def _fetch_once(self, a: FetchPayload, key: PayloadKey) -> FetchResult:
-        preferred = [ID.from_base58(s) for s in a.sources]
-        others = sorted(self._host.member_peers() - set(preferred), key=str)
-        holders = routes([*preferred, *others], self._host.connection_kind, self._host.worth_dialing)
-        cached = self._store.get(a.step, a.payload_hash)
-        holder: ID | None = None
+        data = self._store.get(a.step, a.payload_hash)
         try:
-            if cached is not None:
-                data = cached
-            else:
-                got = await pull_payload(
-                    self._host, PayloadRequest(self._run_id, a.step, a.payload_hash), holders,
-                    author=ID.from_base58(a.peer_id), store=self._store, config=self._config,
-                    expected_size=a.payload_size)
-                data, holder = got.data, got.holder
+            if data is None:
+                data = await self._exchange.pull(self._run_id, a.step, a.payload_hash, a.payload_size,
+                                                 author=ID.from_base58(a.peer_id),
+                                                 sources=[ID.from_base58(s) for s in a.sources])
         except TransportError as exc:
             logger.debug("fetch failed: %s", exc)
             attempts = exc.attempts if isinstance(exc, FetchFailedError) else []
             if any(peer == a.peer_id and isinstance(err, PayloadNotFoundError) for peer, err in attempts):
                 return FetchResult.DENIED
             return FetchResult.FAILED
-        if holder is not None:
-            self._counters.received_via(len(data), relayed=self._host.connection_kind(holder) is Kind.RELAYED)
         try:
             payload = await trio.to_thread.run_sync(self._trainer.decode, data, a.peer_id, a.step,
                                                     limiter=self._decode_limit)

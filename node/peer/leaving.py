@@ -12,12 +12,12 @@ from __future__ import annotations
 import signal
 
 import trio
-from distro_node.protocol.transfer import PayloadServer
 
 from .changes import ChangeSignal
 from .driver import RoundDriver
 from .outbox import Outbox
 from .output import Output
+from .payload_exchange import PayloadExchange
 
 GOODBYE_DRAIN = 2.0  # seconds the outbox may take to send what is queued, goodbye last
 
@@ -47,7 +47,7 @@ class StopRequest:
 
 
 class Leaver:
-    def __init__(self, *, driver: RoundDriver, outbox: Outbox, server: PayloadServer, out: Output,
+    def __init__(self, *, driver: RoundDriver, outbox: Outbox, server: PayloadExchange, out: Output,
                  linger: float, linger_max: float) -> None:
         self._driver = driver
         self._outbox = outbox

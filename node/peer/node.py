@@ -32,7 +32,6 @@ from distro_node.protocol.signatures import signer_for
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.sync import StateServer
 from distro_node.protocol.tickets import TicketError
-from distro_node.protocol.transfer import PayloadServer, TransferConfig
 from libp2p.crypto.ed25519 import create_new_key_pair
 
 from ..faults import FaultInjector
@@ -58,7 +57,8 @@ from .nat_traversal import NatTraversal, open_nat_traversal
 from .options import PeerError, PeerOptions
 from .outbox import Outbox
 from .output import Output
-from .payloads import ByteCounters, CountingStore, DecodedPayloads
+from .payload_exchange import PayloadExchange
+from .payloads import ByteCounters, DecodedPayloads
 from .rate_limit import GossipRates, forwarder_prefilter
 from .reachable import start_reachability
 from .resync import Resyncer
@@ -91,8 +91,7 @@ class _Run:
     telemetry: Telemetry | None
     round_config: RoundConfig
     store: PayloadStore
-    transfer: TransferConfig
-    server: PayloadServer
+    exchange: PayloadExchange
     counters: ByteCounters
     feed: DataFeed | None  # prepared data fetched on demand: the shards of each step, before its compute
     admission: Admission  # whom we serve and hear: everyone (open run) or the founder and ticket holders
@@ -204,12 +203,12 @@ class PeerNode:
         window = round_config.history_steps + round_config.max_future_steps + 2
         store = PayloadStore(run_id, window_steps=window)
         counters = ByteCounters()
-        transfer = TransferConfig(max_payload_bytes=cap, attempt_timeout=20.0)
-        server = PayloadServer(host, CountingStore(store, counters), transfer)
-        server.install()
+        exchange = PayloadExchange(host, store, counters, max_payload_bytes=cap,
+                                   fetch=opts.network.payload_fetch)
+        exchange.install()
         DialbackServer(host).install()
-        return _Run(host, self_id, manifest, run_id, trainer, telemetry, round_config, store, transfer,
-                    server, counters, feed, admission)
+        return _Run(host, self_id, manifest, run_id, trainer, telemetry, round_config, store, exchange,
+                    counters, feed, admission)
 
     async def _serve(self, run: _Run, source: RunSource) -> int:
         """Join the gossip, start every task, get our starting state, train, leave."""
@@ -236,9 +235,9 @@ class PeerNode:
             outbox = Outbox()
             announcements = AnnouncementLog()
             decoded = DecodedPayloads()
-            fetcher = Fetcher(host=host, store=run.store, config=run.transfer, run_id=run.run_id,
-                              trainer=run.trainer, decoded=decoded, counters=run.counters, out=out,
-                              telemetry=run.telemetry, decode_limit=self._decode_limit)
+            fetcher = Fetcher(exchange=run.exchange, store=run.store, run_id=run.run_id, trainer=run.trainer,
+                              decoded=decoded, out=out, telemetry=run.telemetry,
+                              decode_limit=self._decode_limit)
             driver = RoundDriver(out=out, outbox=outbox, fetcher=fetcher, changes=changes, nursery=nursery)
             gossip.prefer_members(driver.roster_ids)
             decoder.know_members(driver.roster_ids)
@@ -315,7 +314,7 @@ class PeerNode:
                 nursery.cancel_scope.cancel()
                 return 1
             await checkpointer.save(loop.applied, "exit")
-            await Leaver(driver=driver, outbox=outbox, server=run.server, out=out, linger=opts.linger,
+            await Leaver(driver=driver, outbox=outbox, server=run.exchange, out=out, linger=opts.linger,
                          linger_max=opts.linger_max).leave()
             nursery.cancel_scope.cancel()
         return 0
@@ -330,7 +329,7 @@ class PeerNode:
         signer = AuthorshipSigner(run.host.key_pair.private_key, run.self_id, run.run_id)
         mark = AnnouncedMark(opts.key_file, run.run_id)
         announcer = Announcer(self_id=run.self_id, run_id=run.run_id, signer=signer, mark=mark,
-                              trainer=run.trainer, store=run.store,
+                              trainer=run.trainer, store=run.store, own=run.exchange.mark_own,
                               decoded=decoded, outbox=outbox, driver=driver, telemetry=run.telemetry,
                               fault=fault, decode_limit=self._decode_limit, comm_delay=opts.comm_delay)
         scorer = RoundScorer(self_id=run.self_id, bans=self.bans, trainer=run.trainer, driver=driver,

@@ -27,6 +27,10 @@ class ByteCounters:
         self.received = 0
         self.received_relayed = 0  # of ``received``: bytes that came over a relayed connection
 
+    def count_sent(self, count: int) -> None:
+        """A piece went out (the piece server's upload hook)."""
+        self.sent += count
+
     def received_via(self, count: int, *, relayed: bool) -> None:
         self.received += count
         if relayed:
@@ -34,7 +38,7 @@ class ByteCounters:
 
 
 class CountingStore:
-    """What the payload server sees of the store: counts the bytes it hands out (bytes we upload)."""
+    """What the whole-payload server sees of the store: counts the bytes it hands out (bytes we upload)."""
 
     def __init__(self, store: PayloadStore, counters: ByteCounters) -> None:
         self._store = store

@@ -44,6 +44,7 @@ from distro_node.protocol.discovery import PeerDiscovery
 from distro_node.protocol.errors import BadMultiaddrError, TransportError
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.messages import Goodbye, Heartbeat, InclusionList
+from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.rpc import RpcRefusedError, call
 from distro_node.protocol.sync import STATE_PROTOCOL, SnapshotMeta, fetch_meta
 from distro_node.protocol.transfer import PayloadServer, ServedPayloads
@@ -121,14 +122,19 @@ class _Withheld:
 def patch_withhold() -> None:
     report = Report("withhold")
     drivers: list[RoundDriver] = _keep_instances(RoundDriver)
-    original_init = PayloadServer.__init__
+    for server in (PayloadServer, PiecesServer):  # both payload protocols see the same withheld store
+        _withhold_in(server, drivers, report)
+    beside_daemon(lambda _kwargs: [report.print_forever])
 
-    def withholding(self: PayloadServer, host: P2PHost, store: ServedPayloads, *args: Any,
-                    **kwargs: Any) -> None:
+
+def _withhold_in(server: type[PayloadServer] | type[PiecesServer], drivers: list[RoundDriver],
+                 report: Report) -> None:
+    original_init = server.__init__
+
+    def withholding(self: Any, host: P2PHost, store: ServedPayloads, *args: Any, **kwargs: Any) -> None:
         original_init(self, host, _Withheld(store, str(host.peer_id), drivers, report), *args, **kwargs)
 
-    setattr(PayloadServer, "__init__", withholding)  # noqa: B010 (a patch, on purpose)
-    beside_daemon(lambda _kwargs: [report.print_forever])
+    setattr(server, "__init__", withholding)  # noqa: B010 (a patch, on purpose)
 
 
 # --- conflicting-claim -------------------------------------------------------------------------------------

@@ -157,6 +157,8 @@ BAD_CASES = [
     ("metrics = 3\n", {}, {}, "metrics", "file", "must be a table"),
     ("[run.data]\nkind = 'tokens'\n", {}, {}, "run.data.path", None, "is required"),
     ("device = 'tpu'\n", {}, {}, "device", "file", "must be one of"),
+    ("[network]\npayload_fetch = 'torrent'\n", {}, {}, "network.payload_fetch", "file",
+     "must be one of pieces, whole, got 'torrent'"),
     ("", {"DISTRO_NODE_METRICS__PORT": "eighty"}, {}, "metrics.port", "env DISTRO_NODE_METRICS__PORT",
      "must be an integer, got 'eighty'"),
     ("", {"DISTRO_NODE_METRICS__PORT": "-1"}, {}, "metrics.port", "env DISTRO_NODE_METRICS__PORT",

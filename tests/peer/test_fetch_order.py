@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distro_node.node.peer.fetcher import routes
+from distro_node.node.peer.payload_exchange import routes
 from distro_node.protocol.addrs import worth_dialing
 from distro_node.protocol.circuits import Kind
 from distro_node.protocol.fetch_plan import Route
