@@ -11,7 +11,7 @@ import pytest
 import trio
 from distro_node.node.peer.payload_exchange import PayloadExchange
 from distro_node.node.peer.payloads import ByteCounters
-from distro_node.protocol.errors import FetchFailedError
+from distro_node.protocol.errors import FetchFailedError, PayloadNotFoundError
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.pieces import PIECE_BYTES
 from distro_node.protocol.store import PayloadStore, payload_digest
@@ -86,13 +86,15 @@ def test_a_whole_puller_and_a_piece_fetcher_serve_each_other() -> None:
     trio.run(body)
 
 
-def test_a_payload_nobody_holds_fails_naming_the_author() -> None:
+def test_a_payload_its_author_denies_fails_naming_the_author() -> None:
     async def body() -> None:
         async with exchanges(["pieces", "pieces"]) as (hosts, ex, counters):
             with trio.fail_after(WAIT), pytest.raises(FetchFailedError) as err:
                 await ex[1].pull(RUN, STEP, payload_digest(b"never made"), 10, author=hosts[0].peer_id,
                                  sources=[hosts[0].peer_id])
-            assert str(hosts[0].peer_id) in [peer for peer, _ in err.value.attempts]
+            # what the fetcher reads as DENIED: the author itself said it does not hold its payload
+            assert any(peer == str(hosts[0].peer_id) and isinstance(e, PayloadNotFoundError)
+                       for peer, e in err.value.attempts), err.value.attempts
             assert counters[1].received == 0
 
     trio.run(body)
