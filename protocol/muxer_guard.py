@@ -89,7 +89,6 @@ class GuardedYamux(Yamux):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stream_buffers = GuardedBuffers(self.peer_id, PER_STREAM_BYTES, PER_CONNECTION_BYTES)
-        self.frames_stalled = 0
 
     async def _write_frame(self, data: bytes) -> None:
         """One frame onto the secured connection, all of it or the connection closed (module docstring).
@@ -101,7 +100,6 @@ class GuardedYamux(Yamux):
                 scope.deadline = trio.current_time() + FRAME_WRITE_SECONDS
                 await self.secured_conn.write(data)
         if scope.cancelled_caught:
-            self.frames_stalled += 1
             logger.warning("a frame to %s did not leave in %gs: closing the connection", self.peer_id,
                            FRAME_WRITE_SECONDS)
             with trio.CancelScope(shield=True):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol
@@ -156,10 +156,13 @@ class TransferConfig:
 class PayloadServer:
     """Serves every payload in ``store`` to any peer that asks by (run, step, hash)."""
 
-    def __init__(self, host: P2PHost, store: ServedPayloads, config: TransferConfig | None = None) -> None:
+    def __init__(self, host: P2PHost, store: ServedPayloads, config: TransferConfig | None = None, *,
+                 on_upload: Callable[[int], None] | None = None) -> None:
+        """``on_upload``: told the bytes of each payload that went out whole (the daemon's byte counters)."""
         self.host = host
         self.store = store
         self.config = config or TransferConfig()
+        self._on_upload = on_upload
         self._uploads = trio.Semaphore(self.config.max_concurrent_uploads)
         self.served = 0
         self.bad_requests = 0
@@ -203,6 +206,8 @@ class PayloadServer:
             if await reply_within(stream, self.config.serve_timeout, _REPLY_HEADER.pack(Status.OK, len(data)),
                                   data):
                 self.served += 1
+                if self._on_upload is not None:
+                    self._on_upload(len(data))
         finally:
             self._uploads.release()
 

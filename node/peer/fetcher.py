@@ -14,7 +14,6 @@ import trio
 from distro_node.compression.errors import PayloadError
 from distro_node.protocol.consensus import FetchPayload
 from distro_node.protocol.errors import FetchFailedError, PayloadNotFoundError, TransportError
-from distro_node.protocol.store import PayloadStore
 from libp2p.peer.id import ID
 
 from .output import Output
@@ -40,7 +39,6 @@ class Fetcher:
         self,
         *,
         exchange: PayloadExchange,
-        store: PayloadStore,
         run_id: bytes,
         trainer: Trainer,
         decoded: DecodedPayloads,
@@ -49,7 +47,6 @@ class Fetcher:
         decode_limit: trio.CapacityLimiter,
     ) -> None:
         self._exchange = exchange
-        self._store = store
         self._run_id = run_id
         self._trainer = trainer
         self._decoded = decoded
@@ -77,7 +74,7 @@ class Fetcher:
             self._in_flight.discard(key)
 
     async def _fetch_once(self, a: FetchPayload, key: PayloadKey) -> FetchResult:
-        data = self._store.get(a.step, a.payload_hash)
+        data = self._exchange.store.get(a.step, a.payload_hash)
         try:
             if data is None:
                 data = await self._exchange.pull(self._run_id, a.step, a.payload_hash, a.payload_size,

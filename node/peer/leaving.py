@@ -47,11 +47,11 @@ class StopRequest:
 
 
 class Leaver:
-    def __init__(self, *, driver: RoundDriver, outbox: Outbox, server: PayloadExchange, out: Output,
+    def __init__(self, *, driver: RoundDriver, outbox: Outbox, exchange: PayloadExchange, out: Output,
                  linger: float, linger_max: float) -> None:
         self._driver = driver
         self._outbox = outbox
-        self._server = server
+        self._exchange = exchange
         self._out = out
         self._linger = linger  # quiet seconds (no request, no upload) after which we stop serving
         self._linger_max = linger_max
@@ -67,12 +67,12 @@ class Leaver:
         await self._serve_until_quiet()
 
     async def _serve_until_quiet(self) -> None:
-        server = self._server
+        exchange = self._exchange
         start = trio.current_time()
         with trio.move_on_after(self._linger_max):
             while True:
                 now = trio.current_time()
-                last = max(start, server.last_request_at or start)
-                if server.uploads_in_progress == 0 and now - last >= self._linger:
+                last = max(start, exchange.last_request_at or start)
+                if exchange.uploads_in_progress == 0 and now - last >= self._linger:
                     return
                 await trio.sleep(min(0.1, self._linger))

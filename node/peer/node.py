@@ -90,8 +90,7 @@ class _Run:
     trainer: Trainer
     telemetry: Telemetry | None
     round_config: RoundConfig
-    store: PayloadStore
-    exchange: PayloadExchange
+    exchange: PayloadExchange  # the payload store and both payload servers
     counters: ByteCounters
     feed: DataFeed | None  # prepared data fetched on demand: the shards of each step, before its compute
     admission: Admission  # whom we serve and hear: everyone (open run) or the founder and ticket holders
@@ -207,8 +206,8 @@ class PeerNode:
                                    fetch=opts.network.payload_fetch)
         exchange.install()
         DialbackServer(host).install()
-        return _Run(host, self_id, manifest, run_id, trainer, telemetry, round_config, store, exchange,
-                    counters, feed, admission)
+        return _Run(host, self_id, manifest, run_id, trainer, telemetry, round_config, exchange, counters,
+                    feed, admission)
 
     async def _serve(self, run: _Run, source: RunSource) -> int:
         """Join the gossip, start every task, get our starting state, train, leave."""
@@ -235,9 +234,8 @@ class PeerNode:
             outbox = Outbox()
             announcements = AnnouncementLog()
             decoded = DecodedPayloads()
-            fetcher = Fetcher(exchange=run.exchange, store=run.store, run_id=run.run_id, trainer=run.trainer,
-                              decoded=decoded, out=out, telemetry=run.telemetry,
-                              decode_limit=self._decode_limit)
+            fetcher = Fetcher(exchange=run.exchange, run_id=run.run_id, trainer=run.trainer, decoded=decoded,
+                              out=out, telemetry=run.telemetry, decode_limit=self._decode_limit)
             driver = RoundDriver(out=out, outbox=outbox, fetcher=fetcher, changes=changes, nursery=nursery)
             gossip.prefer_members(driver.roster_ids)
             decoder.know_members(driver.roster_ids)
@@ -314,7 +312,7 @@ class PeerNode:
                 nursery.cancel_scope.cancel()
                 return 1
             await checkpointer.save(loop.applied, "exit")
-            await Leaver(driver=driver, outbox=outbox, server=run.exchange, out=out, linger=opts.linger,
+            await Leaver(driver=driver, outbox=outbox, exchange=run.exchange, out=out, linger=opts.linger,
                          linger_max=opts.linger_max).leave()
             nursery.cancel_scope.cancel()
         return 0
@@ -329,7 +327,7 @@ class PeerNode:
         signer = AuthorshipSigner(run.host.key_pair.private_key, run.self_id, run.run_id)
         mark = AnnouncedMark(opts.key_file, run.run_id)
         announcer = Announcer(self_id=run.self_id, run_id=run.run_id, signer=signer, mark=mark,
-                              trainer=run.trainer, store=run.store, own=run.exchange.mark_own,
+                              trainer=run.trainer, store=run.exchange.store, own=run.exchange.mark_own,
                               decoded=decoded, outbox=outbox, driver=driver, telemetry=run.telemetry,
                               fault=fault, decode_limit=self._decode_limit, comm_delay=opts.comm_delay)
         scorer = RoundScorer(self_id=run.self_id, bans=self.bans, trainer=run.trainer, driver=driver,

@@ -27,10 +27,9 @@ from distro_node.protocol.swarm_turns import HolderGate
 from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig
 from libp2p.peer.id import ID
 
-from .payloads import ByteCounters, CountingStore
+from .payloads import ByteCounters
 
 _ROUTE = {Kind.DIRECT: Route.DIRECT, Kind.RELAYED: Route.RELAYED}
-_CLASS = {Route.DIRECT: 0, Route.RELAYED: 1, Route.DIAL: 2}  # the piece scheduler asks lower classes first
 
 
 def routes(holders: list[ID], kind: Callable[[ID], Kind],
@@ -64,7 +63,7 @@ class PayloadExchange:
         self.pieces = PiecesConfig(max_payload_bytes=max_payload_bytes)
         self.partials = PartialPayloads()
         self.gate = HolderGate()  # one request to a holder at once over all our piece fetches
-        self.whole_server = PayloadServer(host, CountingStore(store, counters), self.transfer)
+        self.whole_server = PayloadServer(host, store, self.transfer, on_upload=counters.count_sent)
         self.piece_server = PiecesServer(host, store, self.partials, self.pieces,
                                          on_upload=counters.count_sent)
 
@@ -105,7 +104,8 @@ class PayloadExchange:
             return await fetch_swarm(
                 self._host, SwarmRequest(run_id, step, digest, size), [h for h, _ in holders],
                 store=self.store, partials=self.partials, complete=[s for s in sources if s in route],
-                config=self.pieces, conn_class=lambda h: _CLASS[route.get(h, Route.DIAL)], stats=stats,
+                # Route is best first, as the scheduler's connection class wants it (lower asked first)
+                config=self.pieces, conn_class=lambda h: route.get(h, Route.DIAL), stats=stats,
                 gate=self.gate)
         finally:
             for holder, n in stats.by_holder.items():

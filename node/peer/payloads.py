@@ -1,4 +1,4 @@
-"""The payloads this peer holds: bytes counted as they leave, and the decoded payloads a round may apply.
+"""The payloads this peer holds: bytes counted as they move, and the decoded payloads a round may apply.
 
 Decoded payloads are kept by (step, author, payload hash) from the moment they pass validation (ours when
 we announce, others' when fetched) until the step before the one just applied: an inclusion list names
@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from distro_node.compression.payload import Payload
-from distro_node.protocol.store import PayloadStore
 
 PayloadKey = tuple[int, str, bytes]  # (step, author peer id, payload hash)
 
@@ -28,28 +27,13 @@ class ByteCounters:
         self.received_relayed = 0  # of ``received``: bytes that came over a relayed connection
 
     def count_sent(self, count: int) -> None:
-        """A piece went out (the piece server's upload hook)."""
+        """Payload bytes went out (either payload server's upload hook)."""
         self.sent += count
 
     def received_via(self, count: int, *, relayed: bool) -> None:
         self.received += count
         if relayed:
             self.received_relayed += count
-
-
-class CountingStore:
-    """What the whole-payload server sees of the store: counts the bytes it hands out (bytes we upload)."""
-
-    def __init__(self, store: PayloadStore, counters: ByteCounters) -> None:
-        self._store = store
-        self._counters = counters
-        self.run_id = store.run_id
-
-    def get(self, step: int, digest: bytes) -> bytes | None:
-        data = self._store.get(step, digest)
-        if data is not None:
-            self._counters.sent += len(data)
-        return data
 
 
 class DecodedPayloads:
