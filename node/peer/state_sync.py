@@ -217,12 +217,28 @@ async def _fetch(ctx: SyncContext, chosen: Attested) -> tuple[bytes, bytes | Non
     return weights, optim
 
 
-def _attested_by(ctx: SyncContext, anchor: TrustAnchor | None) -> Callable[[Answers], bool]:
-    """Whether the answers so far hold an attested snapshot (a joiner's anchor comes with its bootstrap's)."""
+def _enough(ctx: SyncContext, anchor: TrustAnchor | None, genesis: bool) -> Callable[[Answers], bool]:
+    """Whether the answers so far hold an attested snapshot (a joiner's anchor comes with its bootstrap's)
+    or, at genesis, the founder's genesis answer. That one ends the wait at once: the other genesis peers
+    that already run step 0 hold our request until their next boundary (SNAPSHOT_WAIT, 30 s), and step 0
+    cannot end without us."""
     def enough(metas: Answers) -> bool:
+        if genesis and _genesis_answer(ctx, metas) is not None:
+            return True
         trusted = anchor if anchor is not None else _bootstrap_anchor(ctx, metas)
         return trusted is not None and choose_snapshot(metas, trusted)[0] is not None
     return enough
+
+
+def _genesis_answer(ctx: SyncContext, metas: Answers) -> SyncState | None:
+    """The founder's genesis roster, when it is what our bootstrap answered: the weights are the ones we built
+    from the manifest's seed, so nothing has to be attested or moved."""
+    for donor, meta in metas:
+        local_init = meta.weights_hash == ctx.trainer.weights_hash
+        founder = ctx.chain is None or ctx.chain.root.roster.is_eligible(str(donor))
+        if donor == ctx.bootstrap and meta.step == 0 and local_init and founder:
+            return meta.state
+    return None
 
 
 async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState, str]:
@@ -245,17 +261,14 @@ async def sync_from_swarm(ctx: SyncContext, *, genesis: bool) -> tuple[SyncState
         # chain request to a peer across a link that is still down held every resync attempt 20 s longer.
         if ctx.chain is not None and ctx.round_view() is None:
             anchor = await _chain_anchor(ctx, ctx.chain, donors, errors)
-        enough = _attested_by(ctx, anchor)
+        enough = _enough(ctx, anchor, genesis)
         metas = await _describe(ctx, donors, bootstrap if genesis else None, errors, enough)
         if not metas:
             problems.append("no donor described a snapshot (" + "; ".join(errors[:3]) + ")")
             await trio.sleep(1.0)
             continue
-        for donor, meta in metas:
-            local_init = meta.weights_hash == ctx.trainer.weights_hash
-            founder = ctx.chain is None or ctx.chain.root.roster.is_eligible(str(donor))
-            if donor == bootstrap and genesis and meta.step == 0 and local_init and founder:
-                return meta.state, "genesis"
+        if genesis and (state := _genesis_answer(ctx, metas)) is not None:
+            return state, "genesis"
         anchor = anchor if anchor is not None else _bootstrap_anchor(ctx, metas)
         if anchor is None:
             problems.append("the bootstrap peer described no snapshot (no other donor is trusted without it)")

@@ -1,8 +1,8 @@
 """A permissioned run (threats: Sybil stall): the founder's key, named in the manifest, signs admission
-tickets (`distro-node ticket`), and only ticket holders are served and heard. Ten made-up identities
-(node/testbed/sybils.py, a process of their own) flood gossip with signed heartbeats and ask every peer for
-state and peers: none of them is admitted, served or listed, and the four ticket holders train on,
-bit-identical. A stranger without a ticket is told so at start.
+tickets (those `distro-node ticket` issues), and only ticket holders are served and heard. Ten made-up
+identities (node/testbed/sybils.py, a process of their own) flood gossip with signed heartbeats and ask
+every peer for state and peers: none of them is admitted, served or listed, and the four ticket holders
+train on, bit-identical. A stranger without a ticket is told so at start.
 
 One ticket holder is a lying state donor (node/testbed/adversary_donor.py: it trains honestly but describes
 every snapshot as zeroed weights under a roster of itself and its own Sybils), and a newcomer with a ticket
@@ -14,13 +14,14 @@ requests reach those Sybils (a stranger cannot ask a member for anything, but it
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from distro_node.node.join_process import CHILD_ENV, CLI
+from distro_node.node.peer.tickets import write_ticket_file
+from distro_node.protocol.identity import load_or_create_identity, peer_id_of
+from distro_node.protocol.tickets import DEFAULT_TICKET_DAYS, Ticket
 from peer_procs import Procs, assert_identical
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
@@ -30,11 +31,14 @@ SYBILS = [sys.executable, "-m", "distro_node.node.testbed.sybils"]
 LONG = ["--steps", "100000"]  # never reached: the test ends by killing the processes
 
 
-def cli(*args: object) -> str:
-    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **CHILD_ENV}, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+def issue_ticket(founder_key: Path, key: Path, run_id: str, out: Path) -> None:
+    """What `distro-node ticket id` and `ticket issue` do (tests/node/test_cli_ticket.py runs those), in this
+    process: each command is a Python start importing torch and libp2p, ~4.5 s of CPU, and eight of them
+    ran while the founder waited for its cohort."""
+    peer_id = str(peer_id_of(load_or_create_identity(key)))
+    ticket = Ticket.issue(load_or_create_identity(founder_key).private_key, bytes.fromhex(run_id), peer_id,
+                          int(time.time() + DEFAULT_TICKET_DAYS * 86_400))
+    write_ticket_file(out, ticket)
 
 
 def test_ten_sybils_get_nothing_and_a_stranger_is_told_it_needs_a_ticket(
@@ -48,9 +52,8 @@ def test_ten_sybils_get_nothing_and_a_stranger_is_told_it_needs_a_ticket(
     command = str(info["join_command"])
 
     def ticket(name: str) -> list[str]:
-        peer_id = cli("ticket", "id", "--key-file", keys[name]).strip()
         out = tmp_path / f"{name}.ticket"
-        cli("ticket", "issue", peer_id, "--key-file", keys["peer0"], "--run-id", info["run_id"], "--out", out)
+        issue_ticket(keys["peer0"], keys[name], str(info["run_id"]), out)
         return ["--key-file", str(keys[name]), "--ticket", str(out)]
 
     honest = [founder]

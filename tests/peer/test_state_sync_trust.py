@@ -183,3 +183,32 @@ def sign(host: P2PHost, state: SyncState) -> bytes:
 
 def serve_chain(host: P2PHost, chain: tuple[Link, ...]) -> None:
     ChainServer(host, RUN, own=lambda step: None, chain=lambda: chain, admit=lambda peer, op: True).install()
+
+
+def test_a_genesis_joiner_takes_the_founders_answer_without_waiting_for_a_peer_already_in_step_0() -> None:
+    """A genesis peer already running step 0 holds a state request until its next boundary, which step 0
+    cannot reach without the joiner: the founder's genesis answer must end the wait, not that peer's timeout
+    (once a 30 s stall at the start of a 4-peer run)."""
+    async def body() -> None:
+        async with start_hosts(4) as (me, founder, running, late):
+            trainer = Trainer()
+            roster = Roster.genesis([str(h.peer_id) for h in (me, founder, running, late)])  # f = 1
+            genesis = Snapshot.build(0, trainer.weights_hash, SyncState(0, roster), {"weights": b""})
+            serve(founder, genesis)
+            never = trio.Event()
+
+            async def hold(remote: ID, is_genesis: bool) -> Snapshot | None:
+                await never.wait()
+                return None
+
+            StateServer(running, RUN, hold).install()
+            with trio.fail_after(WAIT):
+                await connect_all_to([me, founder, running], me)
+            ctx = SyncContext(host=me, run_id=RUN, max_state_bytes=1 << 20, bootstrap=founder.peer_id,
+                              trainer=trainer, round_view=lambda: None)
+            with trio.fail_after(WAIT):
+                state, how = await sync_from_swarm(ctx, genesis=True)
+            assert (state, how) == (SyncState(0, roster), "genesis")
+            assert trainer.loaded is None  # nothing moved: the joiner built these weights itself
+
+    trio.run(body)
