@@ -20,6 +20,12 @@ the wire, and the peer's next decrypt fails ("Failed authentication of message")
 connection, gossip and every other stream included. Cancelling a stream's write is routine (a piece fetch
 that completes cancels its other sessions, a raced pull cancels the loser): on loopback a third of
 one-piece fetches lost their connection this way and waited ~0.25 s to redial it.
+
+A stream grants its window back in halves (:class:`PacedYamuxStream`), as go-yamux does: py-libp2p 0.8.1
+sends a WINDOW_UPDATE after every read that leaves any slack, so each frame read cost a frame written back,
+encrypted and sent, and decrypted and handled by the sender. In an in-process exchange of eight 1.45 MB
+payloads among 8 peers, window updates were 63% of all frames (32,000 of 51,000); granted in halves they are
+1,500, and the step's CPU fell from 18-23 s to 15.5 s.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from typing import Any
 
 import trio
 from libp2p.stream_muxer import muxer_multistream
-from libp2p.stream_muxer.yamux.yamux import MAX_WINDOW_SIZE, Yamux
+from libp2p.stream_muxer.yamux import yamux as yamux_module
+from libp2p.stream_muxer.yamux.yamux import MAX_WINDOW_SIZE, Yamux, YamuxStream
 
 logger = logging.getLogger(__name__)
 
@@ -108,14 +115,34 @@ class GuardedYamux(Yamux):
         await trio.lowlevel.checkpoint()
 
 
+class PacedYamuxStream(YamuxStream):
+    """A yamux stream that grants its receive window back once half of it was read (module docstring).
+
+    The sender never waits on a window that holds unread bytes of ours: what it may still send is the
+    window less what sits unread here, and at least half is granted again as soon as half was read. The
+    auto-tuning (a window that doubles while updates come within a few round trips) is py-libp2p's."""
+
+    async def _auto_tune_and_send_window_update(self, *, bytes_read: int = 0) -> None:
+        increment = 0
+        async with self.window_lock:
+            buffered = len(self.conn.stream_buffers.get(self.stream_id, b""))
+            slack = self.target_recv_window - (self.recv_window + buffered)
+            if slack > 0 and slack >= self._grow_threshold():
+                increment = self._grow_to_delta(buffered) + self._apply_autotune_epoch(buffered)
+        if increment > 0:
+            await self.send_window_update(increment, skip_lock=True)
+
+
 def install_muxer_guard() -> None:
-    """Make every yamux connection of this process a :class:`GuardedYamux`.
+    """Make every yamux connection of this process a :class:`GuardedYamux` of :class:`PacedYamuxStream`.
 
     Why a rebinding: py-libp2p 0.8.1 builds yamux connections by the name ``Yamux`` in
-    ``muxer_multistream.new_conn``, ignoring the class given in ``new_host(muxer_opt=...)``. Idempotent.
+    ``muxer_multistream.new_conn``, ignoring the class given in ``new_host(muxer_opt=...)``, and streams by
+    the name ``YamuxStream`` in its yamux module. Idempotent.
     """
     setattr(muxer_multistream, "Yamux", GuardedYamux)  # noqa: B010 (rebinding py-libp2p's name, see above)
+    setattr(yamux_module, "YamuxStream", PacedYamuxStream)  # noqa: B010 (likewise)
 
 
 __all__ = ["FRAME_WRITE_SECONDS", "PER_CONNECTION_BYTES", "PER_STREAM_BYTES", "BufferOverrun", "CappedBuffer",
-           "GuardedBuffers", "GuardedYamux", "install_muxer_guard"]
+           "GuardedBuffers", "GuardedYamux", "PacedYamuxStream", "install_muxer_guard"]

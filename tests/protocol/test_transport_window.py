@@ -106,3 +106,48 @@ def test_writes_cancelled_mid_stream_leave_the_connection_whole() -> None:
                 lost.receive_nowait()  # the connection never dropped
 
     trio.run(body)
+
+
+def test_a_reader_in_small_chunks_grants_its_window_back_in_halves() -> None:
+    """8 MiB read 4 KiB at a time: py-libp2p alone answered every read with a WINDOW_UPDATE (2,048 frames
+    written back, each encrypted and handled by the sender); granted once half the window was read, it is
+    a few dozen, and every byte still arrives."""
+    total, small = 8 * CHUNK, 4096
+
+    async def body() -> None:
+        got = trio.Event()
+        received = [0]
+
+        async def reads_small(stream: INetStream) -> None:
+            while received[0] < total:
+                part = await stream.read(small)
+                if not part:
+                    break
+                received[0] += len(part)
+            got.set()
+
+        async with (
+            open_host(create_new_key_pair(), NO_PX_LOOP) as server,
+            open_host(create_new_key_pair(), NO_PX_LOOP) as client,
+        ):
+            server.libp2p.set_stream_handler(SINK, reads_small)
+            with trio.fail_after(WAIT):
+                await client.dial(str(server.addrs()[0]))
+                stream = await client.open_stream(server.peer_id, SINK)
+            conn = next(iter(server.libp2p.get_network().get_connections(client.peer_id))).muxed_conn
+            updates = [0]
+            write_frame = conn._write_frame  # type: ignore[attr-defined]
+
+            async def counting(data: bytes) -> None:
+                updates[0] += data[1] == 1  # yamux header: version, then type (1: WINDOW_UPDATE)
+                await write_frame(data)
+
+            conn._write_frame = counting  # type: ignore[attr-defined]
+            with trio.fail_after(4 * WAIT):
+                for _ in range(total // CHUNK):
+                    await stream.write(b"w" * CHUNK)
+                await got.wait()
+            assert received[0] == total
+            assert updates[0] <= total // (128 * 1024), updates[0]  # at most one per half initial window
+
+    trio.run(body)
