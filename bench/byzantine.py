@@ -38,10 +38,9 @@ from typing import Any
 from _common import RESULTS_DIR, write_json
 from distro_node.node.config.run import ADMISSION_MODES
 from distro_node.node.join_process import CLI, PeerProc, PeerWaitError, join_args, stop_all
-from distro_node.node.peer.tickets import write_ticket_file
+from distro_node.node.peer.tickets import issue_ticket_file
 from distro_node.node.testbed.adversary import KINDS
 from distro_node.protocol.identity import load_or_create_identity, peer_id_of
-from distro_node.protocol.tickets import Ticket
 from prometheus_client.parser import text_string_to_metric_families
 
 ADVERSARY = [sys.executable, "-m", "distro_node.node.testbed.adversary"]
@@ -94,9 +93,9 @@ def _tickets(log_dir: Path, run_id: str) -> Callable[[str], list[str]]:
     def flags(name: str) -> list[str]:
         key = log_dir / f"{name}.key"
         peer = str(peer_id_of(load_or_create_identity(key)))
-        ticket = Ticket.issue(founder.private_key, bytes.fromhex(run_id), peer, int(time.time()) + 86_400)
-        write_ticket_file(log_dir / f"{name}.ticket", ticket)
-        return ["--key-file", str(key), "--ticket", str(log_dir / f"{name}.ticket")]
+        ticket = log_dir / f"{name}.ticket"
+        issue_ticket_file(ticket, founder.private_key, bytes.fromhex(run_id), peer, days=1)
+        return ["--key-file", str(key), "--ticket", str(ticket)]
 
     return flags
 

@@ -11,12 +11,10 @@ import time
 from pathlib import Path
 
 from distro_node.node.cli.common import UsageError
-from distro_node.node.peer.tickets import write_ticket_file
+from distro_node.node.peer.tickets import issue_ticket_file
 from distro_node.protocol.identity import load_or_create_identity, peer_id_of
 from distro_node.protocol.signatures import is_ed25519_peer_id
-from distro_node.protocol.tickets import DEFAULT_TICKET_DAYS, Ticket
-
-_DAY = 86_400
+from distro_node.protocol.tickets import DEFAULT_TICKET_DAYS
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,10 +60,8 @@ def _run_issue(args: argparse.Namespace) -> int:
         raise UsageError("--key-file", f"{args.key_file} does not exist (tickets are signed with the "
                                        "founder's key)")
     key = load_or_create_identity(args.key_file)
-    expires = int(time.time() + args.days * _DAY)
-    ticket = Ticket.issue(key.private_key, run_id, args.peer_id, expires)
     out = args.out or Path(f"ticket-{args.peer_id[-8:]}.hex")
-    write_ticket_file(out, ticket)
+    ticket = issue_ticket_file(out, key.private_key, run_id, args.peer_id, args.days)
     print(f"wrote {out}: admits {args.peer_id} to run {args.run_id[:12]}... until "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(expires))}; signed by {peer_id_of(key)}")
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(ticket.expires))}; signed by {peer_id_of(key)}")
     return 0

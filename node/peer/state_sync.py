@@ -220,8 +220,8 @@ async def _fetch(ctx: SyncContext, chosen: Attested) -> tuple[bytes, bytes | Non
 def _enough(ctx: SyncContext, anchor: TrustAnchor | None, genesis: bool) -> Callable[[Answers], bool]:
     """Whether the answers so far hold an attested snapshot (a joiner's anchor comes with its bootstrap's)
     or, at genesis, the founder's genesis answer. That one ends the wait at once: the other genesis peers
-    that already run step 0 hold our request until their next boundary (SNAPSHOT_WAIT, 30 s), and step 0
-    cannot end without us."""
+    that already run step 0 hold our request until their next boundary (snapshots.py ``SNAPSHOT_WAIT``),
+    and step 0 cannot end without us."""
     def enough(metas: Answers) -> bool:
         if genesis and _genesis_answer(ctx, metas) is not None:
             return True

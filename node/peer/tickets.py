@@ -6,16 +6,28 @@ volunteer can save it as it came. ``distro-node ticket issue`` writes one; ``joi
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from distro_node.protocol.admission import Admission
 from distro_node.protocol.tickets import MAX_TICKET_BYTES, Ticket, TicketError
+from libp2p.crypto.keys import PrivateKey
 
 from .manifest import RunManifest
+
+_DAY = 86_400
 
 
 def write_ticket_file(path: Path, ticket: Ticket) -> None:
     path.write_text(ticket.to_bytes().hex() + "\n")
+
+
+def issue_ticket_file(path: Path, founder_key: PrivateKey, run_id: bytes, peer_id: str,
+                      days: float) -> Ticket:
+    """Sign a ticket admitting ``peer_id`` to ``run_id`` for ``days`` from now and write it to ``path``."""
+    ticket = Ticket.issue(founder_key, run_id, peer_id, int(time.time() + days * _DAY))
+    write_ticket_file(path, ticket)
+    return ticket
 
 
 def read_ticket_file(path: Path) -> Ticket:
@@ -43,4 +55,4 @@ def admission_for(manifest: RunManifest, run_id: bytes, self_id: str, ticket_fil
     return Admission(run_id=run_id, self_id=self_id, founder=founder, own_ticket=ticket)
 
 
-__all__ = ["admission_for", "read_ticket_file", "write_ticket_file"]
+__all__ = ["admission_for", "issue_ticket_file", "read_ticket_file", "write_ticket_file"]

@@ -15,13 +15,12 @@ requests reach those Sybils (a stranger cannot ask a member for anything, but it
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from distro_node.node.peer.tickets import write_ticket_file
+from distro_node.node.peer.tickets import issue_ticket_file
 from distro_node.protocol.identity import load_or_create_identity, peer_id_of
-from distro_node.protocol.tickets import DEFAULT_TICKET_DAYS, Ticket
+from distro_node.protocol.tickets import DEFAULT_TICKET_DAYS
 from peer_procs import Procs, assert_identical
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
@@ -36,9 +35,8 @@ def issue_ticket(founder_key: Path, key: Path, run_id: str, out: Path) -> None:
     process: each command is a Python start importing torch and libp2p, ~4.5 s of CPU, and eight of them
     ran while the founder waited for its cohort."""
     peer_id = str(peer_id_of(load_or_create_identity(key)))
-    ticket = Ticket.issue(load_or_create_identity(founder_key).private_key, bytes.fromhex(run_id), peer_id,
-                          int(time.time() + DEFAULT_TICKET_DAYS * 86_400))
-    write_ticket_file(out, ticket)
+    issue_ticket_file(out, load_or_create_identity(founder_key).private_key, bytes.fromhex(run_id), peer_id,
+                      DEFAULT_TICKET_DAYS)
 
 
 def test_ten_sybils_get_nothing_and_a_stranger_is_told_it_needs_a_ticket(

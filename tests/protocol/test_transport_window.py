@@ -8,10 +8,12 @@ alone would have buffered without limit.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import trio
-from distro_node.protocol.host import open_host
+from distro_node.protocol.host import P2PHost, open_host
 from distro_node.protocol.muxer_guard import PER_STREAM_BYTES, GuardedBuffers
 from distro_node.protocol.testing import NO_PX_LOOP, WAIT
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -25,6 +27,23 @@ ECHO = TProtocol("/distro-test/echo/1.0.0")
 CHUNK = 1 << 20
 
 
+@contextlib.asynccontextmanager
+async def connected() -> AsyncIterator[tuple[P2PHost, P2PHost]]:
+    """Two hosts of ours, the second dialed to the first."""
+    async with (
+        open_host(create_new_key_pair(), NO_PX_LOOP) as server,
+        open_host(create_new_key_pair(), NO_PX_LOOP) as client,
+    ):
+        with trio.fail_after(WAIT):
+            await client.dial(str(server.addrs()[0]))
+        yield server, client
+
+
+def muxed(host: P2PHost, peer: P2PHost) -> Any:
+    """``host``'s yamux connection to ``peer``."""
+    return next(iter(host.libp2p.get_network().get_connections(peer.peer_id))).muxed_conn
+
+
 def test_a_stream_pushed_past_the_window_closes_the_connection_within_the_cap() -> None:
     async def body() -> None:
         held = trio.Event()
@@ -33,18 +52,14 @@ def test_a_stream_pushed_past_the_window_closes_the_connection_within_the_cap() 
             held.set()
             await trio.sleep_forever()
 
-        async with (
-            open_host(create_new_key_pair(), NO_PX_LOOP) as victim,
-            open_host(create_new_key_pair(), NO_PX_LOOP) as attacker,
-        ):
+        async with connected() as (victim, attacker):
             victim.libp2p.set_stream_handler(SINK, never_reads)
             with trio.fail_after(WAIT):
-                await attacker.dial(str(victim.addrs()[0]))
                 stream = await attacker.open_stream(victim.peer_id, SINK)
                 await stream.write(b"x")
                 await held.wait()
-            conn = next(iter(victim.libp2p.get_network().get_connections(attacker.peer_id))).muxed_conn
-            buffers = conn.stream_buffers  # type: ignore[attr-defined]
+            conn = muxed(victim, attacker)
+            buffers = conn.stream_buffers
             assert isinstance(buffers, GuardedBuffers), (type(conn), type(buffers))
             lost = victim.lost_peers()
             stream.muxed_stream.send_window = 1 << 40  # type: ignore[attr-defined]
@@ -81,14 +96,9 @@ def test_writes_cancelled_mid_stream_leave_the_connection_whole() -> None:
             await stream.write(await stream.read(16))
             await stream.close()
 
-        async with (
-            open_host(create_new_key_pair(), NO_PX_LOOP) as server,
-            open_host(create_new_key_pair(), NO_PX_LOOP) as client,
-        ):
+        async with connected() as (server, client):
             server.libp2p.set_stream_handler(SINK, drains)
             server.libp2p.set_stream_handler(ECHO, echoes)
-            with trio.fail_after(WAIT):
-                await client.dial(str(server.addrs()[0]))
             lost = client.lost_peers()
             cancelled = 0
             for attempt in range(40):  # bounded: 40 writes, each cut after a few ms at most
@@ -126,23 +136,19 @@ def test_a_reader_in_small_chunks_grants_its_window_back_in_halves() -> None:
                 received[0] += len(part)
             got.set()
 
-        async with (
-            open_host(create_new_key_pair(), NO_PX_LOOP) as server,
-            open_host(create_new_key_pair(), NO_PX_LOOP) as client,
-        ):
+        async with connected() as (server, client):
             server.libp2p.set_stream_handler(SINK, reads_small)
             with trio.fail_after(WAIT):
-                await client.dial(str(server.addrs()[0]))
                 stream = await client.open_stream(server.peer_id, SINK)
-            conn = next(iter(server.libp2p.get_network().get_connections(client.peer_id))).muxed_conn
+            conn = muxed(server, client)
             updates = [0]
-            write_frame = conn._write_frame  # type: ignore[attr-defined]
+            write_frame = conn._write_frame
 
             async def counting(data: bytes) -> None:
                 updates[0] += data[1] == 1  # yamux header: version, then type (1: WINDOW_UPDATE)
                 await write_frame(data)
 
-            conn._write_frame = counting  # type: ignore[attr-defined]
+            conn._write_frame = counting
             with trio.fail_after(4 * WAIT):
                 for _ in range(total // CHUNK):
                     await stream.write(b"w" * CHUNK)
