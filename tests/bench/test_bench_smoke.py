@@ -96,3 +96,15 @@ def test_index_stats_bench_quick(tmp_path: Path) -> None:
     assert 0.0 <= doc["position_overlap"] <= 1.0
     again = _run("index_stats.py", tmp_path / "again.json", "--costs-from", str(tmp_path / "stats.json"))
     assert again["table_costs"] == costs
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_swarm_cpu_bench_quick(tmp_path: Path) -> None:
+    doc = _run("swarm_cpu.py", tmp_path / "swarm_cpu.json", "--hosts", "3", "--size", "300000",
+               "--steps", "2")
+    assert doc["hosts"] == 3 and len(doc["steps"]) == 2
+    summary = doc["median_after_first"]
+    assert summary["cpu_s"] > 0 and summary["other_frames"] > 0
+    # Windows are granted in halves: far fewer window updates than the 64 KiB frames that carried the data.
+    assert summary["window_updates"] < summary["other_frames"], summary
