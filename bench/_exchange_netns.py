@@ -24,6 +24,8 @@ from _common import RESULTS_DIR, BenchError, write_json
 from _exchange_run import run_config, summarize
 from distro_node.node.testbed.netns import Network, profile_links, ready_for_bench, tbf_args
 from distro_node.protocol.pieces import piece_count
+from distro_node.protocol.pieces_wire import PIECES_PROTOCOL
+from distro_node.protocol.transfer import PAYLOAD_PROTOCOL
 
 TARGET_RATIO = 1.3
 CHECK_SECONDS = 3.0
@@ -109,7 +111,7 @@ def run_netns(args: argparse.Namespace) -> int:
     }
     out = {
         "what": "bench/exchange.py's all-to-all exchange (host + gossip announcements + "
-                + ("/distro/pieces/1.1.0 piece swarm" if args.pieces else "/distro/payload/1.0.0 pulls")
+                + (f"{PIECES_PROTOCOL} piece swarm" if args.pieces else f"{PAYLOAD_PROTOCOL} pulls")
                 + "), one process per peer, each in its own network namespace "
                 "behind a tbf-shaped link "
                 "(node/testbed/netns.py); bound = (N-1) x payload / slowest upload rate",

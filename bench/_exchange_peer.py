@@ -2,7 +2,7 @@
 
 Per round every peer stores a fresh random payload, announces (step, sha256) on the run's gossip topic
 (the daemon's announcement path), and pulls every other peer's payload over ``/distro/payload/1.0.0``
-from its announcer; with ``--pieces``, over ``/distro/pieces/1.1.0`` from every peer at once (the piece
+from its announcer; with ``--pieces``, over the pieces protocol from every peer at once (the piece
 swarm of protocol/swarm_fetch.py, whose scheduler the flow model of bench/flow.py runs). A peer's round
 time runs from its own announcement to holding all N-1 other payloads.
 Rounds are paced by a barrier (every peer's "finished round r" announcement) so a slow peer's late

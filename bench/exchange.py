@@ -28,6 +28,7 @@ from _common import RESULTS_DIR, BenchError, write_json
 from _exchange_hivemind import measure
 from _exchange_netns import run_netns
 from _exchange_run import run_config, summarize
+from distro_node.protocol.pieces_wire import PIECES_PROTOCOL
 
 PAYLOAD_BYTES = 2_800_000  # the 1.2B DisTrO payload, see bench/results/payload.json
 REFERENCE_LINKS_MBIT = (10.0, 100.0)  # home upload, home download / datacenter-lite
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                          "testbed profile (home, gigabit, slow, mixed) and write bench/results/"
                          "exchange_netns.json instead (bench/_exchange_netns.py)")
     ap.add_argument("--pieces", action="store_true",
-                    help="with --netns: fetch in pieces from every peer (/distro/pieces/1.1.0, the piece "
+                    help=f"with --netns: fetch in pieces from every peer ({PIECES_PROTOCOL}, the piece "
                          "swarm) and write bench/results/exchange_netns_pieces.json")
     ap.add_argument("--no-turns", action="store_true",
                     help="with --pieces: fetchers ignore busy holders' retry-after and ask each holder per "

@@ -5,7 +5,8 @@ CPU the transport spends per payload byte. This bench takes the links out: N hos
 one process, each authoring a payload and fetching the N-1 others in pieces (protocol/swarm_fetch.py, every
 other host a holder, the author complete, one HolderGate per fetcher, as the daemon fetches). Per step it
 reports CPU seconds, the frames written (those of yamux's WINDOW_UPDATE type apart from the rest: window
-updates, and the one frame that opens each stream) and the HAVE answers served.
+updates, and the one frame that opens each stream), the HAVE answers, the pieces served and the piece
+requests refused as BUSY.
 The first step is left out of the medians (connections and imports warming up).
 
     .venv/bin/python bench/swarm_cpu.py                                  # 8 hosts, 1.45 MB, 4 steps
@@ -75,6 +76,7 @@ async def exchange(hosts: int, size: int, steps: int, counts: Counter[str]) -> l
                 stores[i].put_verified(step, digests[i], data)
                 servers[i].mark_own(step, digests[i])
             counts.clear()
+            served, busy = sum(s.pieces_served for s in servers), sum(s.busy for s in servers)
             cpu, wall = time.process_time(), time.perf_counter()
             with trio.fail_after(600):
                 async with trio.open_nursery() as nursery:
@@ -86,7 +88,9 @@ async def exchange(hosts: int, size: int, steps: int, counts: Counter[str]) -> l
                                 nursery.start_soon(_fetch, peers[i], request, others, stores[i], partials[i],
                                                    peers[j].peer_id, gates[i])
             rows.append({"step": step, "cpu_s": round(time.process_time() - cpu, 3),
-                         "wall_s": round(time.perf_counter() - wall, 3), **counts})
+                         "wall_s": round(time.perf_counter() - wall, 3), **counts,
+                         "pieces_served": sum(s.pieces_served for s in servers) - served,
+                         "busy_answers": sum(s.busy for s in servers) - busy})
             print(rows[-1], flush=True)
     return rows
 
@@ -111,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = trio.run(exchange, args.hosts, args.size, args.steps, counts)
     kept = rows[1:]
     summary = {key: statistics.median(r.get(key, 0) for r in kept)
-               for key in ("cpu_s", "wall_s", "window_updates", "other_frames", "have_answers")}
+               for key in ("cpu_s", "wall_s", "window_updates", "other_frames", "have_answers",
+                           "pieces_served", "busy_answers")}
     what = "one all-to-all piece exchange in one process on loopback (bench/swarm_cpu.py)"
     write_json(args.out, {"what": what, "hosts": args.hosts, "payload_bytes": args.size, "steps": rows,
                           "median_after_first": summary})

@@ -1,4 +1,4 @@
-"""Serving ``/distro/pieces/1.1.0``: every piece this peer holds, of whole payloads and of partial ones.
+"""Serving ``/distro/pieces/1.2.0``: every piece this peer holds, of whole payloads and of partial ones.
 
 A peer serves a piece the moment it has verified it, so the pieces a slow origin sent once fan out from the
 fetchers that got them. Which piece to send, when a request offers several, is the holder's choice: the one
@@ -40,7 +40,7 @@ from .pieces_wire import (
 from .swarm_schedule import Decline, own_first_copies_left, pick_to_serve
 from .swarm_turns import Waitlist
 from .transfer import ServedPayloads
-from .wire import ShortReadError, reply_within, reset_quietly
+from .wire import BufferedReader, ShortReadError, reply_within, reset_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ class PiecesServer:
         self.config = config or PiecesConfig()
         self._on_upload = on_upload
         self.uploads_in_progress = 0
+        self._slot_freed = trio.lowlevel.ParkingLot()  # requests held for a free upload slot
         self.waitlist = Waitlist(self.config.upload_slots, PIECE_BYTES / self.config.schedule.prior_rate)
         self._uploads = 0  # ids of uploads, for the waitlist's timing
         self._sessions = 0
@@ -90,9 +91,10 @@ class PiecesServer:
         return False
 
     async def _handle(self, stream: INetStream) -> None:
+        reader = BufferedReader(stream)  # every read of this session goes through it
         try:
             with trio.fail_after(self.config.request_timeout):
-                opening = await read_open(stream)
+                opening = await read_open(reader)
         except BadRequestError as exc:
             self.bad_requests += 1
             logger.debug("bad pieces session from %s: %s", stream.muxed_conn.peer_id, exc)
@@ -112,11 +114,11 @@ class PiecesServer:
             return
         self._sessions += 1
         try:
-            await self._session(stream, (opening.step, opening.root))
+            await self._session(stream, reader, (opening.step, opening.root))
         finally:
             self._sessions -= 1
 
-    async def _session(self, stream: INetStream, key: tuple[int, bytes]) -> None:
+    async def _session(self, stream: INetStream, reader: BufferedReader, key: tuple[int, bytes]) -> None:
         """Answer the fetcher's messages in turn until it closes the stream, idles, or used up its count.
 
         Messages are read by a task of their own, so a HAVE held open for news ends as soon as the next
@@ -126,7 +128,7 @@ class PiecesServer:
         send, receive = trio.open_memory_channel[Message](1)
         read = [0]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read_messages, stream, send, read)
+            nursery.start_soon(self._read_messages, stream, reader, send, read)
             handled = 0
             async for message in receive:
                 handled += 1
@@ -136,7 +138,7 @@ class PiecesServer:
                         break
                     continue
                 if message.op == Kind.HAVE:
-                    status, body = await self._have(key, message.known, partial(_more, read, handled))
+                    status, body = await self._have(key, message, partial(_more, read, handled))
                 else:
                     held = self._held(*key)
                     status, body = (Status.NOT_FOUND, b"") if held is None else (
@@ -146,13 +148,13 @@ class PiecesServer:
                     break
             nursery.cancel_scope.cancel()
 
-    async def _read_messages(self, stream: INetStream, send: trio.MemorySendChannel[Message],
-                             read: list[int]) -> None:
+    async def _read_messages(self, stream: INetStream, reader: BufferedReader,
+                             send: trio.MemorySendChannel[Message], read: list[int]) -> None:
         async with send:
             for _ in range(self.config.max_session_messages):
                 try:
                     with trio.fail_after(self.config.session_idle):
-                        message = await read_message(stream)
+                        message = await read_message(reader)
                 except (ShortReadError, StreamEOF):
                     return  # the fetcher is done with us
                 except (BadRequestError, trio.TooSlowError) as exc:
@@ -193,19 +195,22 @@ class PiecesServer:
 
     # --- the three requests -------------------------------------------------------------------------------
 
-    async def _have(self, key: tuple[int, bytes], known: int, next_message: Callable[[], bool]
+    async def _have(self, key: tuple[int, bytes], message: Message, next_message: Callable[[], bool]
                     ) -> tuple[Status, bytes]:
-        """Our have-map once we hold more than ``known`` pieces, or what we hold after ``have_wait`` or
-        when the fetcher's next message arrives."""
+        """Our have-map once we hold a piece the fetcher neither holds nor asked for, or what we hold after
+        ``have_wait`` or when the fetcher's next message arrives."""
         held = self._held(*key)
         with trio.move_on_after(self.config.have_wait):
-            while (held is None or len(held[1]) <= known) and not next_message():
+            while (held is None or held[1] <= message.holding) and not next_message():
                 await self.partials.wait_changed()
                 held = self._held(*key)
         if held is None:
             return Status.NOT_FOUND, b""
         size, have, _ = held
         count = piece_count(size)
+        if message.count != count:
+            self.bad_requests += 1
+            return Status.BAD_REQUEST, b""
         return Status.OK, HAVE_HEADER.pack(min(self.uploads_in_progress, 0xFFFF), count) + encode_bitfield(
             count, have)
 
@@ -215,9 +220,12 @@ class PiecesServer:
         started = self._started.setdefault(key, {})
         while len(self._started) > _KEPT_LISTS:
             self._started.popitem(last=False)
+        relay_waits = self._relay_waits(key)
         got = Decline.NOT_HELD if held is None else pick_to_serve(
             choices, held[1], started, uploading=self.uploads_in_progress, slots=self.config.upload_slots,
-            relay_waits=self._relay_waits(key))
+            relay_waits=relay_waits)
+        if got is Decline.BUSY and held is not None and not relay_waits:
+            got = await self._wait_for_slot(key, choices, held[1], started)
         data = None if isinstance(got, Decline) else self._piece_bytes(*key, got)
         fetcher = str(stream.muxed_conn.peer_id)
         now = trio.current_time()
@@ -248,6 +256,20 @@ class PiecesServer:
         finally:
             self.uploads_in_progress -= 1
             self.waitlist.finished(upload, trio.current_time(), complete=ok)
+            self._slot_freed.unpark_all()
+
+    async def _wait_for_slot(self, key: tuple[int, bytes], choices: tuple[int, ...], have: set[int],
+                             started: dict[int, int]) -> int | Decline:
+        """Hold a request refused for a full uplink until an upload ends, at most about one piece's time:
+        the slot goes to it with no round trip between, where a refusal left it idle until some fetcher's
+        turn came (and was a message each way)."""
+        got: int | Decline = Decline.BUSY
+        with trio.move_on_after(self.waitlist.hold_for(self.config.slot_wait)):
+            while got is Decline.BUSY:
+                await self._slot_freed.park()
+                got = pick_to_serve(choices, have, started, uploading=self.uploads_in_progress,
+                                    slots=self.config.upload_slots, relay_waits=self._relay_waits(key))
+        return got
 
     async def _status(self, stream: INetStream, status: Status) -> None:
         await reply_within(stream, self.config.request_timeout, bytes([status]))

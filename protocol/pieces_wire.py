@@ -1,4 +1,4 @@
-"""Wire format and settings of ``/distro/pieces/1.1.0``: a session per (fetcher, holder, payload).
+"""Wire format and settings of ``/distro/pieces/1.2.0``: a session per (fetcher, holder, payload).
 
 Why sessions: opening a py-libp2p stream costs ~8 ms of CPU on each side (multistream-select, yamux), and
 a stream per piece made a swarm fetch of one 1.45 MB payload by 3 peers cost 8x the CPU of a whole-payload
@@ -8,8 +8,9 @@ pull. One stream carries every request of one fetcher to one holder for one payl
   answer  = status:u8                      OK, or NOT_FOUND (another run), BUSY (too many sessions)
   then, repeated:
   message = op:u8, then
-    HAVE    known:u32        answered once the holder holds more than ``known`` pieces, or after
-                             ``have_wait`` with what it has (NOT_FOUND while it has nothing)
+    HAVE    count:u32 | bitfield[ceil(count / 8)]   the pieces the fetcher holds or has asked for
+                             (count <= MAX_PIECES); answered once the holder holds one outside it, or
+                             after ``have_wait`` with what it has (NOT_FOUND while it has nothing)
     HASHES  (nothing)        the size and piece-hash list, which the fetcher checks against the root
     PIECE   n:u8 (1..16) | n x index:u32     "any one of these": the holder picks (pick_to_serve)
   reply   = status:u8, then if OK:
@@ -19,6 +20,9 @@ pull. One stream carries every request of one fetcher to one holder for one payl
     PIECE   index:u32 | length:u32 | body[length]
   and a PIECE refused as BUSY:
     PIECE   retry_after_ms:u16   when to ask this holder again (protocol/swarm_turns.py; 1.1.0 added it)
+
+1.2.0 made HAVE name the fetcher's pieces, not their number: answered at each piece the holder gained,
+news of pieces the fetcher already had was most of a swarm's messages (bench/swarm_cpu.py).
 
 Lengths and counts are checked against what the fetcher already knows from the signed announcement (the
 payload size gives the piece count and every piece's length) before any buffer exists.
@@ -45,8 +49,9 @@ from .swarm_schedule import ScheduleConfig
 from .transfer import PayloadRequest, check_address, read_request, status_error
 from .wire import ByteReader, ShortReadError, read_exactly
 
-PIECES_PROTOCOL = TProtocol("/distro/pieces/1.1.0")
+PIECES_PROTOCOL = TProtocol("/distro/pieces/1.2.0")
 MAX_CHOICES = 16
+MAX_PIECES = 1 << 16  # a HAVE's count (its bitfield is then at most 8 KiB): 8 GiB payloads at 128 KiB pieces
 U8 = struct.Struct(">B")
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
@@ -89,6 +94,9 @@ class PiecesConfig:
     # piece leaves fast and its receiver can pass it on (the flow model in tests/protocol/
     # test_swarm_schedule.py: a slow origin took 6.4 s with 2 slots, 7.4 s with 4, 8.0 s with 8; bound 5.8 s).
     upload_slots: int = 2
+    # The longest a request waits at the holder for a free slot before it is answered BUSY (it waits at
+    # most the holder's measured time per piece, and never longer than this).
+    slot_wait: float = 1.0
     # Sessions open at once, over every payload and fetcher; beyond it a new one is answered BUSY.
     max_sessions: int = 256
     # A holder that timed out or reset this many times is dropped for the rest of the fetch.
@@ -102,7 +110,7 @@ class PiecesConfig:
         if self.schedule.choices > MAX_CHOICES:
             raise ValueError(f"PiecesConfig.schedule.choices must be <= {MAX_CHOICES} (the wire's cap)")
         for name in ("piece_timeout", "have_wait", "fetch_timeout", "request_timeout", "session_idle",
-                     "serve_timeout"):
+                     "serve_timeout", "slot_wait"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"PiecesConfig.{name} must be > 0")
 
@@ -123,12 +131,15 @@ class SessionOpen:
 @dataclass(frozen=True)
 class Message:
     op: Kind
-    known: int = 0  # HAVE
+    count: int = 0  # HAVE: the payload's pieces ...
+    holding: frozenset[int] = frozenset()  # ... and those the fetcher holds or asked for
     choices: tuple[int, ...] = ()  # PIECE
 
     def __post_init__(self) -> None:
-        if not 0 <= self.known < 2**32:
-            raise BadRequestError(f"known count {self.known} out of range")
+        if not 0 <= self.count <= MAX_PIECES:
+            raise BadRequestError(f"piece count {self.count} outside 0..{MAX_PIECES}")
+        if any(not 0 <= i < self.count for i in self.holding):
+            raise BadRequestError(f"a held piece outside 0..{self.count - 1}")
         if self.op == Kind.PIECE and not 1 <= len(self.choices) <= MAX_CHOICES:
             raise BadRequestError(f"a piece request names 1..{MAX_CHOICES} pieces, got {len(self.choices)}")
         if any(not 0 <= i < 2**32 for i in self.choices):
@@ -136,7 +147,7 @@ class Message:
 
     def encode(self) -> bytes:
         if self.op == Kind.HAVE:
-            return bytes([self.op]) + U32.pack(self.known)
+            return bytes([self.op]) + U32.pack(self.count) + encode_bitfield(self.count, self.holding)
         if self.op == Kind.PIECE:
             return bytes([self.op, len(self.choices)]) + b"".join(U32.pack(i) for i in self.choices)
         return bytes([self.op])
@@ -156,8 +167,11 @@ async def read_message(stream: ByteReader) -> Message:
         raise BadRequestError(f"unknown op {op}")
     try:
         if op == Kind.HAVE:
-            (known,) = U32.unpack(await read_exactly(stream, U32.size))
-            return Message(Kind.HAVE, known=known)
+            (count,) = U32.unpack(await read_exactly(stream, U32.size))
+            if count > MAX_PIECES:
+                raise BadRequestError(f"piece count {count} outside 0..{MAX_PIECES}")
+            holding = decode_bitfield(count, await read_exactly(stream, (count + 7) // 8))
+            return Message(Kind.HAVE, count=count, holding=frozenset(holding))
         if op == Kind.PIECE:
             (n,) = await read_exactly(stream, 1)
             if not 1 <= n <= MAX_CHOICES:

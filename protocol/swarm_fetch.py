@@ -17,7 +17,6 @@ import logging
 from collections.abc import Sequence
 
 import trio
-from libp2p.abc import INetStream
 from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.peer.id import ID
 
@@ -55,7 +54,7 @@ from .swarm_lanes import Lane, Lost, carrying, describe
 from .swarm_request import ConnClass, FetchStats, SwarmRequest, all_direct
 from .swarm_schedule import ALL, Failure, PieceScheduler, Request
 from .swarm_turns import GateUse, HolderGate
-from .wire import ShortReadError, read_exactly
+from .wire import BufferedStream, ShortReadError, read_exactly
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +170,9 @@ class _Fetch:
                 lane = self.lanes[req.holder]
                 lane.pending = req
                 lane.work.set()
+            for name, lane in self.lanes.items():
+                if lane.quiet and not sched.offers(name):
+                    lane.work.set()  # back to polling it for news
             if all(lane.over for lane in self.lanes.values()):
                 return  # nobody left to ask
             self._changed = trio.Event()
@@ -239,7 +241,8 @@ class _Fetch:
         peer, complete = str(lane.holder), lane.complete
         opening = SessionOpen(self.request.run_id, self.request.step, self.request.root)
         async with client_stream(self.host, lane.holder, PIECES_PROTOCOL, timeout=self.cfg.fetch_timeout,
-                                 what="pieces session") as stream:
+                                 what="pieces session") as raw:
+            stream = BufferedStream(raw)
             await stream.write(opening.encode())
             await expect_ok(stream, peer)
             while self.sched is None:
@@ -264,13 +267,20 @@ class _Fetch:
                 elif complete or lane.known >= self.count:
                     lane.work = trio.Event()
                     await lane.work.wait()
+                elif self.sched.offers(peer):
+                    # Nothing new it could tell us is needed before we ask it: a poll answered at each of
+                    # its new pieces was most of a swarm's messages (bench/swarm_cpu.py). The driver wakes
+                    # the lane when it has a request for it, or when it no longer offers anything.
+                    lane.work, lane.quiet = trio.Event(), True
+                    await lane.work.wait()
+                    lane.quiet = False
                 else:
                     await self._have(stream, peer, lane)
                     if lane.current is not None:  # a request went out during the poll; its reply follows
                         await self._piece(stream, peer, lane, lane.current, sent=True)
                         lane.current = None
 
-    async def _list(self, stream: INetStream, peer: str) -> bool:
+    async def _list(self, stream: BufferedStream, peer: str) -> bool:
         """Ask this holder for the piece-hash list unless another session already got it; False when it
         does not have it."""
         async with self._listing:
@@ -298,13 +308,15 @@ class _Fetch:
         self._by_root = not register
         self._listed.set()
 
-    async def _have(self, stream: INetStream, peer: str, lane: Lane) -> None:
+    async def _have(self, stream: BufferedStream, peer: str, lane: Lane) -> None:
         """A HAVE long poll; a piece request assigned meanwhile goes out at once (the holder then ends the
         poll) and becomes the lane's current request, its reply following the poll's."""
         # The wake-up exists before the write yields: a request assigned while the HAVE was being written
         # set the previous event and then waited out the whole poll (up to ``have_wait``).
         lane.work = trio.Event()
-        await stream.write(Message(Kind.HAVE, known=lane.known).encode())
+        sched = self.sched
+        holding = frozenset() if sched is None else frozenset(sched.spoken_for())
+        await stream.write(Message(Kind.HAVE, count=self.count, holding=holding).encode())
 
         async def send_assigned() -> None:
             if lane.pending is None:
@@ -323,7 +335,7 @@ class _Fetch:
             await self._have_reply(stream, peer, lane)
             nursery.cancel_scope.cancel()
 
-    async def _have_reply(self, stream: INetStream, peer: str, lane: Lane) -> None:
+    async def _have_reply(self, stream: BufferedStream, peer: str, lane: Lane) -> None:
         with trio.fail_after(self.cfg.have_wait + self.cfg.piece_timeout):
             (status,) = await read_exactly(stream, 1)
             if status == Status.NOT_FOUND:
@@ -339,7 +351,7 @@ class _Fetch:
             self.sched.holder_has(peer, have, conn_class=self.conn_class(lane.holder), uploads=uploads)
         self.poke()
 
-    async def _piece(self, stream: INetStream, peer: str, lane: Lane, req: Request, *,
+    async def _piece(self, stream: BufferedStream, peer: str, lane: Lane, req: Request, *,
                      sent: bool = False) -> None:
         sched, part = self.sched, self.part
         if sched is None or part is None:

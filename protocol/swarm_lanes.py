@@ -32,6 +32,7 @@ class Lane:
     scope: trio.CancelScope | None = None
     work: trio.Event = field(default_factory=trio.Event)
     known: int = 0  # pieces its last have-map listed
+    quiet: bool = False  # not polling: it has pieces we can ask for, and waits to be asked
     over: bool = False  # its session ended for good
 
 

@@ -260,6 +260,18 @@ class PieceScheduler:
         h = self.holders.get(holder)
         return h is not None and self._free(h, now) and not h.pieces <= self.have
 
+    def spoken_for(self) -> set[int]:
+        """The pieces we hold or have asked for: news that a holder has one of these changes nothing."""
+        return self.have | self._reserved()
+
+    def offers(self, holder: str) -> bool:
+        """Whether ``holder`` (as last reported) has a piece we miss that no request in flight reserves:
+        a fetcher can ask it without news of more pieces there."""
+        h = self.holders.get(holder)
+        if h is None or h.dropped:
+            return False
+        return not h.pieces <= self.spoken_for()
+
     def in_flight_ids(self) -> set[int]:
         return set(self._requests)
 

@@ -58,6 +58,12 @@ class Waitlist:
             a = self._smoothing
             self.piece_seconds = a * max(now - began, 1e-6) + (1 - a) * self.piece_seconds
 
+    def hold_for(self, cap: float) -> float:
+        """How long a request that found every slot taken may wait here for one, at most ``cap``: about one
+        upload's time, the longest a slot stays taken, so a slow holder does not keep the request's
+        pieces from faster ones."""
+        return min(self.piece_seconds, cap)
+
     def served(self, fetcher: str) -> None:
         """``fetcher`` got a slot: its turn is used."""
         self._turns.pop(fetcher, None)

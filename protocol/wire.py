@@ -59,6 +59,31 @@ async def read_exactly(stream: ByteReader, n: int, chunk: int = READ_CHUNK) -> b
     return bytes(buf)
 
 
+class BufferedReader:
+    """A stream's reads taken a muxer frame at a time, fields handed out of that buffer.
+
+    Why: a small reply (status, header, have-map) is one frame, and each field read straight from the
+    stream went through py-libp2p's stream, muxer and their locks again (bench/swarm_cpu.py). Holds at most
+    ``chunk`` bytes it was not asked for; every read of a stream must then go through its one reader."""
+
+    def __init__(self, stream: ByteReader, chunk: int = READ_CHUNK) -> None:
+        if chunk < 1:
+            raise ValueError("BufferedReader chunk must be >= 1")
+        self._stream = stream
+        self._chunk = chunk
+        self._buf = b""
+        self._at = 0
+
+    async def read(self, n: int | None = None) -> bytes:
+        if self._at >= len(self._buf):
+            self._buf, self._at = await self._stream.read(self._chunk), 0
+            if not self._buf:
+                return b""
+        end = len(self._buf) if n is None else min(len(self._buf), self._at + n)
+        part = self._buf[self._at : end]
+        self._at = end
+        return part
+
 
 class Resettable(Protocol):
     async def reset(self) -> None: ...
@@ -79,16 +104,33 @@ class ByteWriter(Protocol):
     async def close(self) -> None: ...
 
 
+class ByteStream(ByteReader, Protocol):
+    async def write(self, data: bytes) -> None: ...
+
+
+class BufferedStream(BufferedReader):
+    """A :class:`BufferedReader` that also writes, for a session whose side owns every read and write."""
+
+    def __init__(self, stream: ByteStream, chunk: int = READ_CHUNK) -> None:
+        super().__init__(stream, chunk)
+        self._writer = stream
+
+    async def write(self, data: bytes) -> None:
+        await self._writer.write(data)
+
+
 WRITE_CHUNK = 256 * 1024
 
 
 async def write_reply(stream: ByteWriter, header: bytes, body: bytes = b"", *, close: bool = True) -> None:
     """Write a reply header, then ``body`` in bounded chunks (so one huge write never sits in the muxer's
     window at once), then close our side (unless more replies follow on the stream: ``close=False``).
-    Shared by every request/reply protocol of ours."""
-    await stream.write(header)
+    Shared by every request/reply protocol of ours. The header goes out with the first chunk: written
+    apart, it was a muxer frame of its own (one more encrypted message and send on each side), and the
+    small replies of the pieces protocol are most of its frames (bench/swarm_cpu.py)."""
     view = memoryview(body)
-    for offset in range(0, len(body), WRITE_CHUNK):
+    await stream.write(header + bytes(view[:WRITE_CHUNK]))
+    for offset in range(WRITE_CHUNK, len(body), WRITE_CHUNK):
         await stream.write(bytes(view[offset : offset + WRITE_CHUNK]))
     if close:
         await stream.close()

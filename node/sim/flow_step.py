@@ -5,9 +5,12 @@ is what their line costs at 64 or 1024 peers. This model runs the *same decision
 protocol/swarm_schedule.py: every fetcher keeps one :class:`PieceScheduler` per payload it wants, asks holders
 for candidate pieces, and each holder answers with :func:`pick_to_serve` under its upload slots, as
 protocol/pieces_serve.py does. Bytes then move over :class:`FlowNetwork` (max-min fair shares of each
-peer's uplink and downlink); have-maps reach a fetcher one ``latency`` after a holder gained a piece, as the
-long-polled HAVE replies do. Left out: TCP dynamics, the agreement's own messages (the caller adds a
-calibrated constant), and compute.
+peer's uplink and downlink). A holder's have-map reaches a fetcher as the daemon's HAVE long poll brings it
+(protocol/swarm_fetch.py): one ``latency`` after the holder gained a piece the fetcher neither holds nor asked
+for, while the fetcher has nothing to ask that holder; otherwise once it has again. A request that finds the
+holder's slots full waits there for one to free, at most ``slot_wait`` or the holder's time per piece, as
+protocol/pieces_serve.py holds it; then it is refused. Left out: TCP dynamics, the agreement's own messages
+(the caller adds a calibrated constant), and compute.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from functools import partial
 from typing import cast
 
 from distro_node.protocol.pieces import PIECE_BYTES, piece_count, piece_span
+from distro_node.protocol.pieces_wire import PiecesConfig
 from distro_node.protocol.swarm_schedule import (
     ALL,
     Decline,
@@ -50,7 +54,8 @@ class ExchangeSpec:
     announce_at: tuple[float, ...] = ()
     # One-way delay of a request, a reply header or a have-map update.
     latency: float = 0.001
-    upload_slots: int = 2
+    upload_slots: int = PiecesConfig.upload_slots
+    slot_wait: float = PiecesConfig.slot_wait
     # The refusal rules of protocol/swarm_turns.py, as the daemon's pieces protocol has them (off: every
     # fetch polls busy holders each back-off, as before them).
     turns: bool = True
@@ -63,8 +68,8 @@ class ExchangeSpec:
             raise FlowModelError(f"wants and neighbours need one entry per line ({n})")
         if self.announce_at and len(self.announce_at) != n:
             raise FlowModelError(f"announce_at needs one time per line ({n})")
-        if self.payload_bytes < 1 or self.upload_slots < 1 or self.latency < 0:
-            raise FlowModelError("payload_bytes and upload_slots must be >= 1, latency >= 0")
+        if self.payload_bytes < 1 or self.upload_slots < 1 or self.latency < 0 or self.slot_wait <= 0:
+            raise FlowModelError("payload_bytes and upload_slots must be >= 1, latency >= 0, slot_wait > 0")
         for peer, wanted in enumerate(self.wants):
             if peer in wanted or any(not 0 <= a < n for a in wanted):
                 raise FlowModelError(f"peer {peer} wants a payload that is its own or no peer's")
@@ -127,6 +132,10 @@ class _Exchange:
         self.sched: dict[tuple[int, int], PieceScheduler] = {}
         self.moving: dict[tuple[int, int, int], Transfer] = {}
         self.waking: set[tuple[int, int]] = set()
+        # Requests held at a holder for a free slot, in arrival order: (fetcher, author, rid) -> candidates.
+        self.queued: list[dict[tuple[int, int, int], tuple[int, ...]]] = [{} for _ in range(n)]
+        # Per fetch, holders whose news it has not polled for (it had something to ask them meanwhile).
+        self.unheard: dict[tuple[int, int], set[int]] = {}
         self.refused = 0
         prior = PIECE_BYTES / spec.schedule.prior_rate
         self.waitlists = [Waitlist(spec.upload_slots, prior) for _ in range(n)]
@@ -188,12 +197,16 @@ class _Exchange:
         now = self.net.now
         for rid in sched.overdue(now):
             moving = self.moving.pop((fetcher, author, rid), None)
+            for queue in self.queued:
+                queue.pop((fetcher, author, rid), None)
             if moving is not None:
                 self.net.cancel(moving)
                 self.uploading[moving.src] -= 1
                 self.waitlists[moving.src].finished(id(moving), now, complete=False)
+                self._slot_freed(moving.src)
             sched.request_failed(rid, now, Failure.LOST)
             self._ungate(fetcher, author, rid)
+        self._poll_unheard(fetcher, author)
         use = self._gate_use(fetcher, author)
         for req in sched.next_requests(now, use.may_ask):
             holder = int(req.holder)
@@ -221,11 +234,38 @@ class _Exchange:
     # --- holders -------------------------------------------------------------------------------------------
 
     def _serve(self, fetcher: int, author: int, holder: int, rid: int, candidates: tuple[int, ...]) -> None:
+        got, waits = self._pick(author, holder, candidates)
+        if got is Decline.BUSY and not waits and self.spec.turns:
+            key = (fetcher, author, rid)
+            self.queued[holder][key] = candidates
+            hold = self.waitlists[holder].hold_for(self.spec.slot_wait)
+            self.at(self.net.now + hold, partial(self._held_too_long, holder, key))
+            return
+        self._answer(fetcher, author, holder, rid, got)
+
+    def _pick(self, author: int, holder: int, candidates: tuple[int, ...]) -> tuple[int | Decline, bool]:
         started = self.started[holder].setdefault(author, {})
         waits = author != holder and own_first_copies_left(self.started[holder].get(holder),
                                                             piece_count(self.spec.payload_bytes))
-        got = pick_to_serve(candidates, self.have[holder].get(author, set()), started,
-                            uploading=self.uploading[holder], slots=self.spec.upload_slots, relay_waits=waits)
+        return pick_to_serve(candidates, self.have[holder].get(author, set()), started,
+                             uploading=self.uploading[holder], slots=self.spec.upload_slots,
+                             relay_waits=waits), waits
+
+    def _held_too_long(self, holder: int, key: tuple[int, int, int]) -> None:
+        if self.queued[holder].pop(key, None) is not None:
+            self._answer(*key[:2], holder, key[2], Decline.BUSY)
+
+    def _slot_freed(self, holder: int) -> None:
+        """An upload ended: the requests held there, first come first, take what is free now."""
+        for key, candidates in list(self.queued[holder].items()):
+            if self.uploading[holder] >= self.spec.upload_slots:
+                return
+            got, _ = self._pick(key[1], holder, candidates)
+            if not isinstance(got, Decline):
+                del self.queued[holder][key]
+                self._answer(*key[:2], holder, key[2], got)
+
+    def _answer(self, fetcher: int, author: int, holder: int, rid: int, got: int | Decline) -> None:
         reply_at = self.net.now + self.spec.latency
         waitlist = self.waitlists[holder]
         if isinstance(got, Decline):
@@ -236,6 +276,7 @@ class _Exchange:
             self.at(reply_at, lambda: self._failed(fetcher, author, rid, why, hint))
             return
         waitlist.served(str(fetcher))
+        started = self.started[holder].setdefault(author, {})
         started[got] = started.get(got, 0) + 1
         self.uploading[holder] += 1
         self.sched[(fetcher, author)].piece_started(rid, got, self.net.now)
@@ -277,15 +318,20 @@ class _Exchange:
         holder, fetcher = transfer.src, transfer.dst
         self.uploading[holder] -= 1
         self.waitlists[holder].finished(id(transfer), self.net.now, complete=True)
+        self._slot_freed(holder)
         self.moving.pop((fetcher, author, rid), None)
         sched = self.sched[(fetcher, author)]
         sched.piece_done(rid, self.net.now)
         self._ungate(fetcher, author, rid)
         self.have[fetcher].setdefault(author, set()).add(piece)
-        later = self.net.now + self.spec.latency
         for other in self.fetchers[author]:
             if other != fetcher and fetcher in self.spec.neighbours[other] and (other, author) in self.sched:
-                self.at(later, partial(self._news, other, author, fetcher, piece))
+                theirs = self.sched[(other, author)]
+                if theirs.offers(str(fetcher)) or piece in theirs.spoken_for():
+                    self.unheard.setdefault((other, author), set()).add(fetcher)
+                else:  # its poll there is answered now
+                    news = partial(self._news, other, author, fetcher, frozenset(self.have[fetcher][author]))
+                    self.at(self.net.now + self.spec.latency, news)
         if sched.complete:
             self.missing[fetcher] -= 1
             if self.missing[fetcher] == 0:
@@ -293,12 +339,28 @@ class _Exchange:
         else:
             self._ask(fetcher, author)
 
-    def _news(self, fetcher: int, author: int, holder: int, piece: int) -> None:
+    def _news(self, fetcher: int, author: int, holder: int, have: frozenset[int]) -> None:
+        """A HAVE answer: the holder's whole have-map as it was sent."""
         sched = self.sched[(fetcher, author)]
         if sched.complete:
             return
-        sched.holder_has(str(holder), (piece,), uploads=self.uploading[holder])
+        sched.holder_has(str(holder), have, uploads=self.uploading[holder])
         self._ask(fetcher, author)
+
+    def _poll_unheard(self, fetcher: int, author: int) -> None:
+        """Holders this fetch stopped polling while it could ask them: polled again once it cannot, and
+        answered at once (a round trip) when they hold something it neither holds nor asked for."""
+        unheard = self.unheard.get((fetcher, author))
+        if not unheard:
+            return
+        sched = self.sched[(fetcher, author)]
+        mine = sched.spoken_for()
+        for holder in [h for h in unheard if not sched.offers(str(h))]:
+            theirs = frozenset(self.have[holder].get(author, set()))
+            if not theirs <= mine:
+                unheard.discard(holder)
+                news = partial(self._news, fetcher, author, holder, theirs)
+                self.at(self.net.now + 2 * self.spec.latency, news)
 
 
 def simulate_exchange(spec: ExchangeSpec) -> ExchangeResult:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
-from typing import TypeVar
+from collections.abc import Callable
 
 import pytest
 import trio
+import trio.testing
 from distro_node.protocol.errors import (
     FetchFailedError,
     HashMismatchError,
@@ -17,13 +16,11 @@ from distro_node.protocol.errors import (
     PayloadTooLargeError,
 )
 from distro_node.protocol.host import P2PHost
-from distro_node.protocol.partials import PartialPayloads
-from distro_node.protocol.pieces import PIECE_BYTES, piece_count, piece_hashes, piece_span
+from distro_node.protocol.pieces import PIECE_BYTES, piece_count
 from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import (
     PIECE_HEADER,
     PIECES_PROTOCOL,
-    U16,
     Kind,
     Message,
     PiecesConfig,
@@ -33,51 +30,25 @@ from distro_node.protocol.pieces_wire import (
     read_open,
 )
 from distro_node.protocol.store import PayloadStore
-from distro_node.protocol.swarm_fetch import fetch_swarm
-from distro_node.protocol.swarm_request import FetchStats, SwarmRequest
+from distro_node.protocol.swarm_request import FetchStats
+from distro_node.protocol.swarm_schedule import ScheduleConfig
 from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
 from libp2p.abc import INetStream
+from pieces_support import (
+    CFG,
+    RUN,
+    SIZE,
+    ask_piece,
+    ask_piece_told,
+    exactly,
+    fetch,
+    open_session,
+    put_pieces,
+    server_of,
+    swarm,
+)
 
-RUN = bytes.fromhex("ab" * 32)
-SIZE = 10 * PIECE_BYTES + 123
 AMPLIFICATION = 1.05  # the most bytes a fetch may move per payload byte (issue: fetch amplification)
-CFG = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=0.5)
-
-
-S = TypeVar("S", bound=PiecesServer)
-
-
-def _server(kind: type[S], host: P2PHost) -> S:
-    """A server of ``kind`` (a fault-injecting subclass or the real one) with its own store and partials."""
-    return kind(host, PayloadStore(RUN), PartialPayloads(), CFG)
-
-
-def _put_pieces(server: PiecesServer, step: int, root: bytes, data: bytes, indices: Iterable[int]) -> None:
-    """Pieces ``indices`` of ``data`` into ``server``'s partial copy of it (opened on first use), as if they
-    had just been fetched and verified."""
-    part = server.partials.get(step, root) or server.partials.open(step, root, len(data), piece_hashes(data))
-    for i in indices:
-        start, length = piece_span(len(data), i)
-        part.put(i, data[start : start + length])
-    server.partials.notify()
-
-
-@asynccontextmanager
-async def swarm(count: int) -> AsyncIterator[tuple[list[P2PHost], list[PiecesServer]]]:
-    async with start_hosts(count) as hosts:
-        servers = [_server(PiecesServer, h) for h in hosts]
-        for s in servers:
-            s.install()
-        with trio.fail_after(WAIT):
-            await connect_all_to(hosts, hosts[0])
-        yield hosts, servers
-
-
-async def fetch(host: P2PHost, server: PiecesServer, step: int, root: bytes, size: int | None,
-                holders: list[P2PHost], complete: list[P2PHost], stats: FetchStats | None = None) -> bytes:
-    return await fetch_swarm(host, SwarmRequest(RUN, step, root, size), [h.peer_id for h in holders],
-                             store=server.store, partials=server.partials,
-                             complete=[h.peer_id for h in complete], config=CFG, stats=stats)
 
 
 @pytest.mark.network
@@ -117,7 +88,7 @@ def test_partial_holder_serves_pieces_as_they_arrive() -> None:
             data = os.urandom(SIZE)
             root = PayloadStore(RUN).put(1, data)
             count = piece_count(SIZE)
-            _put_pieces(sb, 1, root, data, range(count // 2))
+            put_pieces(sb, 1, root, data, range(count // 2))
             result: list[bytes] = []
 
             async def fetcher() -> None:
@@ -129,7 +100,7 @@ def test_partial_holder_serves_pieces_as_they_arrive() -> None:
                     while len(getattr(sc.partials.get(1, root), "have", ())) < count // 2:
                         await sc.partials.wait_changed()  # until C took all that B had
                     for i in range(count // 2, count):  # one at a time, each announced to the poll
-                        _put_pieces(sb, 1, root, data, [i])
+                        put_pieces(sb, 1, root, data, [i])
             assert result == [data]
             assert sb.pieces_served == count
 
@@ -149,8 +120,8 @@ def test_corrupt_piece_is_rejected_and_its_holder_dropped() -> None:
     async def body() -> None:
         async with start_hosts(3) as (liar_host, honest_host, me):
             data = os.urandom(SIZE)
-            liar, honest = _server(_Liar, liar_host), _server(PiecesServer, honest_host)
-            mine = _server(PiecesServer, me)
+            liar, honest = server_of(_Liar, liar_host), server_of(PiecesServer, honest_host)
+            mine = server_of(PiecesServer, me)
             root = liar.store.put(2, data)
             honest.store.put(2, data)
             for s in (liar, honest, mine):
@@ -200,10 +171,10 @@ def test_a_request_sent_during_a_failed_poll_is_asked_again_elsewhere() -> None:
     async def body() -> None:
         async with start_hosts(3) as (author, partial, me):
             data = os.urandom(size)
-            cutter, source = _server(_CutsPolls, partial), _server(_Slow, author)
-            mine = _server(PiecesServer, me)
+            cutter, source = server_of(_CutsPolls, partial), server_of(_Slow, author)
+            mine = server_of(PiecesServer, me)
             root = source.store.put(4, data)
-            _put_pieces(cutter, 4, root, data, range(0, piece_count(size), 2))  # every other piece
+            put_pieces(cutter, 4, root, data, range(0, piece_count(size), 2))  # every other piece
             for srv in (cutter, source, mine):
                 srv.install()
             with trio.fail_after(WAIT):
@@ -236,7 +207,7 @@ def test_oversized_or_false_piece_lists_are_refused(reply: bytes, error: type[Ex
     async def body() -> None:
         async with start_hosts(2) as (evil, me):
             _install_raw(evil, reply)
-            mine = _server(PiecesServer, me)
+            mine = server_of(PiecesServer, me)
             root = PayloadStore(RUN).put(1, os.urandom(SIZE))
             with trio.fail_after(WAIT):
                 await connect_all_to([evil, me], me)
@@ -272,32 +243,6 @@ def test_server_answers_malformed_and_unknown_requests_with_a_status() -> None:
     trio.run(body)
 
 
-async def _exactly(stream: INetStream, n: int) -> bytes:
-    out = b""
-    for _ in range(n + 1):  # bounded: every read returns at least a byte or raises
-        if len(out) == n:
-            break
-        out += await stream.read(n - len(out))
-    return out
-
-
-async def _ask_piece(stream: INetStream, index: int) -> Status:
-    """One PIECE request on an open session; a piece sent is read to its end."""
-    return (await _ask_piece_told(stream, index))[0]
-
-
-async def _ask_piece_told(stream: INetStream, index: int) -> tuple[Status, int | None]:
-    """As _ask_piece, with the milliseconds a BUSY reply says to wait (None for other replies)."""
-    await stream.write(Message(Kind.PIECE, choices=(index,)).encode())
-    status = Status((await _exactly(stream, 1))[0])
-    if status is Status.OK:
-        _, length = PIECE_HEADER.unpack(await _exactly(stream, PIECE_HEADER.size))
-        assert len(await _exactly(stream, length)) == length
-    if status is Status.BUSY:
-        return status, U16.unpack(await _exactly(stream, U16.size))[0]
-    return status, None
-
-
 @pytest.mark.network
 def test_own_first_copies_are_sent_before_relaying_another_payload() -> None:
     async def body() -> None:
@@ -310,15 +255,15 @@ def test_own_first_copies_are_sent_before_relaying_another_payload() -> None:
                 for root in (other_root, own_root):
                     stream = await b.open_stream(a.peer_id, PIECES_PROTOCOL)
                     await stream.write(SessionOpen(RUN, 5, root).encode())
-                    assert await _exactly(stream, 1) == bytes([Status.OK])
+                    assert await exactly(stream, 1) == bytes([Status.OK])
                     sessions[root] = stream
                 relay, mine = sessions[other_root], sessions[own_root]
-                assert await _ask_piece(relay, 0) is Status.OK  # nobody asked for ours yet
-                assert await _ask_piece(mine, 0) is Status.OK
-                assert await _ask_piece(relay, 1) is Status.BUSY  # ours has pieces nobody holds
+                assert await ask_piece(relay, 0) is Status.OK  # nobody asked for ours yet
+                assert await ask_piece(mine, 0) is Status.OK
+                assert await ask_piece(relay, 1) is Status.BUSY  # ours has pieces nobody holds
                 for i in range(1, piece_count(SIZE)):
-                    assert await _ask_piece(mine, i) is Status.OK
-                assert await _ask_piece(relay, 1) is Status.OK  # every piece of ours went out once
+                    assert await ask_piece(mine, i) is Status.OK
+                assert await ask_piece(relay, 1) is Status.OK  # every piece of ours went out once
 
     trio.run(body)
 
@@ -338,15 +283,53 @@ def test_a_busy_holder_tells_each_fetcher_a_later_turn() -> None:
                 for host, root in ((b, own_root), (b, other_root), (c, other_root)):
                     stream = await host.open_stream(a.peer_id, PIECES_PROTOCOL)
                     await stream.write(SessionOpen(RUN, 5, root).encode())
-                    assert await _exactly(stream, 1) == bytes([Status.OK])
+                    assert await exactly(stream, 1) == bytes([Status.OK])
                     streams.append(stream)
                 mine, b_relay, c_relay = streams
-                assert await _ask_piece(mine, 0) is Status.OK  # ours has pieces nobody holds from here on
-                b_status, b_wait = await _ask_piece_told(b_relay, 1)
-                c_status, c_wait = await _ask_piece_told(c_relay, 1)
+                assert await ask_piece(mine, 0) is Status.OK  # ours has pieces nobody holds from here on
+                b_status, b_wait = await ask_piece_told(b_relay, 1)
+                c_status, c_wait = await ask_piece_told(c_relay, 1)
             assert b_status is c_status is Status.BUSY and b_wait is not None and c_wait is not None
             spacing = sa.waitlist.piece_seconds / sa.config.upload_slots * 1000
             assert c_wait >= b_wait + spacing - 50  # behind b's turn (50 ms for the two round trips)
             assert c_wait <= 0xFFFF
+
+    trio.run(body)
+
+
+@pytest.mark.network
+def test_a_request_that_finds_every_slot_taken_waits_for_the_next_one() -> None:
+    """One slot, held by a fetcher that does not read: another fetcher's request is answered with the
+    piece once that upload ends, not refused (a refusal left the slot idle for a round trip or more)."""
+    slow = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, upload_slots=1, slot_wait=WAIT,
+                        schedule=ScheduleConfig(prior_rate=1.0))  # no upload measured: a long hold
+
+    async def body() -> None:
+        async with swarm(3, config=slow) as ((holder, a, b), (server, _, _)):
+            root = server.store.put(2, os.urandom(SIZE))
+            with trio.fail_after(WAIT):
+                stalled = await open_session(a, holder, 2, root)
+                for i in range(3):  # more than the stream's window: the upload of the second one stalls
+                    await stalled.write(Message(Kind.PIECE, choices=(i,)).encode())
+                for _ in range(100):
+                    if server.uploads_in_progress:
+                        break
+                    await trio.testing.wait_all_tasks_blocked()
+                assert server.uploads_in_progress == 1
+                answers: list[Status] = []
+
+                async def other() -> None:
+                    stream = await open_session(b, holder, 2, root)
+                    answers.append(await ask_piece(stream, 5))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(other)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert answers == [] and server.busy == 0  # held, not refused
+                    for _ in range(3):  # the stalled fetcher reads: its uploads end, one by one
+                        assert await exactly(stalled, 1) == bytes([Status.OK])
+                        _, length = PIECE_HEADER.unpack(await exactly(stalled, PIECE_HEADER.size))
+                        await exactly(stalled, length)
+            assert answers == [Status.OK] and server.busy == 0
 
     trio.run(body)

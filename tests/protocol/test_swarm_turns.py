@@ -107,3 +107,23 @@ def test_in_the_flow_model_turns_refuse_far_fewer_requests_and_the_exchange_is_n
     assert after.refused * 2 < before.refused
     assert after.seconds <= before.seconds * 1.05
     assert after.amplification == pytest.approx(1.0)
+
+
+def test_a_request_is_held_for_a_slot_about_one_upload_long() -> None:
+    w = Waitlist(slots=2, prior_piece_seconds=0.4)
+    assert w.hold_for(1.0) == pytest.approx(0.4)
+    assert w.hold_for(0.1) == pytest.approx(0.1)  # never past the holder's cap
+
+
+def test_in_the_flow_model_requests_held_for_a_slot_are_refused_less_and_the_exchange_is_no_slower() -> None:
+    home = Line.mbit(100, 10)
+    n = 8
+    results = {}
+    for slot_wait in (1e-9, 1.0):  # refused at once, as before holding; held up to a second
+        spec = ExchangeSpec(lines=(home,) * n, payload_bytes=600_000, wants=full_mesh(n),
+                            neighbours=full_mesh(n), latency=0.025, slot_wait=slot_wait)
+        results[slot_wait] = simulate_exchange(spec)
+    before, after = results[1e-9], results[1.0]
+    assert after.refused * 2 < before.refused
+    assert after.seconds <= before.seconds * 1.02
+    assert after.amplification == pytest.approx(1.0)
