@@ -260,11 +260,14 @@ class PiecesServer:
 
     async def _wait_for_slot(self, key: tuple[int, bytes], choices: tuple[int, ...], have: set[int],
                              started: dict[int, int]) -> int | Decline:
-        """Hold a request refused for a full uplink until an upload ends, at most about one piece's time:
-        the slot goes to it with no round trip between, where a refusal left it idle until some fetcher's
-        turn came (and was a message each way)."""
+        """Hold a request refused for a full uplink until an upload ends, when one should end soon
+        (``Waitlist.hold_for``): the slot goes to it with no round trip between, where a refusal left it
+        idle until some fetcher's turn came (and was a message each way)."""
         got: int | Decline = Decline.BUSY
-        with trio.move_on_after(self.waitlist.hold_for(self.config.slot_wait)):
+        hold = self.waitlist.hold_for(trio.current_time(), self.config.slot_wait)
+        if hold <= 0:
+            return got
+        with trio.move_on_after(hold):
             while got is Decline.BUSY:
                 await self._slot_freed.park()
                 got = pick_to_serve(choices, have, started, uploading=self.uploads_in_progress,

@@ -58,11 +58,18 @@ class Waitlist:
             a = self._smoothing
             self.piece_seconds = a * max(now - began, 1e-6) + (1 - a) * self.piece_seconds
 
-    def hold_for(self, cap: float) -> float:
-        """How long a request that found every slot taken may wait here for one, at most ``cap``: about one
-        upload's time, the longest a slot stays taken, so a slow holder does not keep the request's
-        pieces from faster ones."""
-        return min(self.piece_seconds, cap)
+    def hold_for(self, now: float, cap: float) -> float:
+        """How long a request that found every slot taken may wait here for one: until about when the first
+        upload should end, if that is within ``cap``; else 0, refused at once. A held request keeps its
+        candidate pieces from the fetcher's other holders, so a slow holder (the flow model: a 2 Mbit/s
+        origin holding for its whole piece time) must not hold; a fast one saves the refusal and the idle
+        round trip after it."""
+        first_free = self._first_free(now)
+        return 2 * first_free if first_free <= cap else 0.0
+
+    def _first_free(self, now: float) -> float:
+        return min((max(0.0, began + self.piece_seconds - now) for began in self._uploads.values()),
+                   default=0.0)
 
     def served(self, fetcher: str) -> None:
         """``fetcher`` got a slot: its turn is used."""

@@ -8,9 +8,9 @@ protocol/pieces_serve.py does. Bytes then move over :class:`FlowNetwork` (max-mi
 peer's uplink and downlink). A holder's have-map reaches a fetcher as the daemon's HAVE long poll brings it
 (protocol/swarm_fetch.py): one ``latency`` after the holder gained a piece the fetcher neither holds nor asked
 for, while the fetcher has nothing to ask that holder; otherwise once it has again. A request that finds the
-holder's slots full waits there for one to free, at most ``slot_wait`` or the holder's time per piece, as
-protocol/pieces_serve.py holds it; then it is refused. Left out: TCP dynamics, the agreement's own messages
-(the caller adds a calibrated constant), and compute.
+holder's slots full waits there for one to free when an upload should end within ``slot_wait``, as
+protocol/pieces_serve.py holds it (``Waitlist.hold_for``); otherwise, or past that, it is refused. Left
+out: TCP dynamics, the agreement's own messages (the caller adds a calibrated constant), and compute.
 """
 
 from __future__ import annotations
@@ -235,10 +235,10 @@ class _Exchange:
 
     def _serve(self, fetcher: int, author: int, holder: int, rid: int, candidates: tuple[int, ...]) -> None:
         got, waits = self._pick(author, holder, candidates)
-        if got is Decline.BUSY and not waits and self.spec.turns:
+        hold = self.waitlists[holder].hold_for(self.net.now, self.spec.slot_wait)
+        if got is Decline.BUSY and not waits and self.spec.turns and hold > 0:
             key = (fetcher, author, rid)
             self.queued[holder][key] = candidates
-            hold = self.waitlists[holder].hold_for(self.spec.slot_wait)
             self.at(self.net.now + hold, partial(self._held_too_long, holder, key))
             return
         self._answer(fetcher, author, holder, rid, got)

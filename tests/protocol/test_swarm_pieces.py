@@ -301,8 +301,10 @@ def test_a_busy_holder_tells_each_fetcher_a_later_turn() -> None:
 def test_a_request_that_finds_every_slot_taken_waits_for_the_next_one() -> None:
     """One slot, held by a fetcher that does not read: another fetcher's request is answered with the
     piece once that upload ends, not refused (a refusal left the slot idle for a round trip or more)."""
+    # Uploads assumed to take ~5 s (one is measured, fast, so ~3.5 s): the stalled one should end within
+    # the cap, so the request is held (up to twice that), not refused.
     slow = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, upload_slots=1, slot_wait=WAIT,
-                        schedule=ScheduleConfig(prior_rate=1.0))  # no upload measured: a long hold
+                        schedule=ScheduleConfig(prior_rate=PIECE_BYTES / 5))
 
     async def body() -> None:
         async with swarm(3, config=slow) as ((holder, a, b), (server, _, _)):

@@ -109,21 +109,23 @@ def test_in_the_flow_model_turns_refuse_far_fewer_requests_and_the_exchange_is_n
     assert after.amplification == pytest.approx(1.0)
 
 
-def test_a_request_is_held_for_a_slot_about_one_upload_long() -> None:
+def test_a_request_is_held_for_a_slot_only_when_one_should_free_soon() -> None:
     w = Waitlist(slots=2, prior_piece_seconds=0.4)
-    assert w.hold_for(1.0) == pytest.approx(0.4)
-    assert w.hold_for(0.1) == pytest.approx(0.1)  # never past the holder's cap
+    w.started(1, now=0.0)
+    w.started(2, now=0.3)
+    assert w.hold_for(0.1, cap=0.5) == pytest.approx(2 * 0.3)  # upload 1 should end at 0.4: margin 2x
+    assert w.hold_for(0.1, cap=0.2) == 0.0  # not within the cap: refused at once, as a slow holder does
 
 
 def test_in_the_flow_model_requests_held_for_a_slot_are_refused_less_and_the_exchange_is_no_slower() -> None:
     home = Line.mbit(100, 10)
     n = 8
     results = {}
-    for slot_wait in (1e-9, 1.0):  # refused at once, as before holding; held up to a second
+    for slot_wait in (1e-9, 0.25):  # refused at once, as before holding; the default
         spec = ExchangeSpec(lines=(home,) * n, payload_bytes=600_000, wants=full_mesh(n),
                             neighbours=full_mesh(n), latency=0.025, slot_wait=slot_wait)
         results[slot_wait] = simulate_exchange(spec)
-    before, after = results[1e-9], results[1.0]
+    before, after = results[1e-9], results[0.25]
     assert after.refused * 2 < before.refused
     assert after.seconds <= before.seconds * 1.02
     assert after.amplification == pytest.approx(1.0)
