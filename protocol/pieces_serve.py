@@ -201,7 +201,7 @@ class PiecesServer:
         ``have_wait`` or when the fetcher's next message arrives."""
         held = self._held(*key)
         with trio.move_on_after(self.config.have_wait):
-            while (held is None or held[1] <= message.holding) and not next_message():
+            while (held is None or all(message.holds(i) for i in held[1])) and not next_message():
                 await self.partials.wait_changed()
                 held = self._held(*key)
         if held is None:

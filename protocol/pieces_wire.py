@@ -134,14 +134,23 @@ class SessionOpen:
 class Message:
     op: Kind
     count: int = 0  # HAVE: the payload's pieces ...
-    holding: frozenset[int] = frozenset()  # ... and those the fetcher holds or asked for
+    # ... and the bitfield of those the fetcher holds or asked for, kept as sent: a stranger's count of up
+    # to MAX_PIECES never becomes a set of that many numbers (bits past ``count`` mean nothing).
+    bitfield: bytes = b""
     choices: tuple[int, ...] = ()  # PIECE
+
+    @classmethod
+    def have(cls, count: int, holding: Iterable[int]) -> Message:
+        pieces = list(holding)
+        if any(not 0 <= i < count for i in pieces):
+            raise BadRequestError(f"a held piece outside 0..{count - 1}")
+        return cls(Kind.HAVE, count=count, bitfield=encode_bitfield(count, pieces))
 
     def __post_init__(self) -> None:
         if not 0 <= self.count <= MAX_PIECES:
             raise BadRequestError(f"piece count {self.count} outside 0..{MAX_PIECES}")
-        if any(not 0 <= i < self.count for i in self.holding):
-            raise BadRequestError(f"a held piece outside 0..{self.count - 1}")
+        if self.op == Kind.HAVE and len(self.bitfield) != (self.count + 7) // 8:
+            raise BadRequestError(f"a bitfield of {len(self.bitfield)} bytes for {self.count} pieces")
         if self.op == Kind.PIECE and not 1 <= len(self.choices) <= MAX_CHOICES:
             raise BadRequestError(f"a piece request names 1..{MAX_CHOICES} pieces, got {len(self.choices)}")
         if any(not 0 <= i < 2**32 for i in self.choices):
@@ -149,10 +158,14 @@ class Message:
 
     def encode(self) -> bytes:
         if self.op == Kind.HAVE:
-            return bytes([self.op]) + U32.pack(self.count) + encode_bitfield(self.count, self.holding)
+            return bytes([self.op]) + U32.pack(self.count) + self.bitfield
         if self.op == Kind.PIECE:
             return bytes([self.op, len(self.choices)]) + b"".join(U32.pack(i) for i in self.choices)
         return bytes([self.op])
+
+    def holds(self, piece: int) -> bool:
+        """Whether a HAVE says the fetcher holds (or asked for) ``piece``."""
+        return 0 <= piece < self.count and bool(self.bitfield[piece // 8] & (0x80 >> (piece % 8)))
 
 
 async def read_open(stream: ByteReader) -> SessionOpen:
@@ -172,8 +185,7 @@ async def read_message(stream: ByteReader) -> Message:
             (count,) = U32.unpack(await read_exactly(stream, U32.size))
             if count > MAX_PIECES:
                 raise BadRequestError(f"piece count {count} outside 0..{MAX_PIECES}")
-            holding = decode_bitfield(count, await read_exactly(stream, (count + 7) // 8))
-            return Message(Kind.HAVE, count=count, holding=frozenset(holding))
+            return Message(Kind.HAVE, count=count, bitfield=await read_exactly(stream, (count + 7) // 8))
         if op == Kind.PIECE:
             (n,) = await read_exactly(stream, 1)
             if not 1 <= n <= MAX_CHOICES:

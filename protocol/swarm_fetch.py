@@ -315,8 +315,8 @@ class _Fetch:
         # set the previous event and then waited out the whole poll (up to ``have_wait``).
         lane.work = trio.Event()
         sched = self.sched
-        holding = frozenset() if sched is None else frozenset(sched.spoken_for())
-        await stream.write(Message(Kind.HAVE, count=self.count, holding=holding).encode())
+        holding = set() if sched is None else sched.spoken_for()
+        await stream.write(Message.have(self.count, holding).encode())
 
         async def send_assigned() -> None:
             if lane.pending is None:

@@ -47,14 +47,22 @@ class _Chunks:
 
 
 def test_a_have_names_the_fetchers_pieces_and_reads_back_whole() -> None:
-    message = Message(Kind.HAVE, count=20, holding=frozenset({0, 7, 8, 19}))
+    message = Message.have(20, {0, 7, 8, 19})
     raw = message.encode()
     assert raw == bytes([Kind.HAVE]) + U32.pack(20) + bytes([0x81, 0x80, 0x10])
+    assert [i for i in range(24) if message.holds(i)] == [0, 7, 8, 19]
     frame = _Chunks(raw + Message(Kind.PIECE, choices=(3,)).encode(), [1 << 16])
     reader = BufferedReader(frame)
     assert trio.run(read_message, reader) == message
     assert trio.run(read_message, reader) == Message(Kind.PIECE, choices=(3,))
     assert frame.reads == 1  # both messages came out of the one frame
+
+
+def test_a_have_of_the_largest_count_is_kept_as_its_bitfield() -> None:
+    raw = bytes([Kind.HAVE]) + U32.pack(MAX_PIECES) + b"\xff" * (MAX_PIECES // 8)
+    message = trio.run(read_message, BufferedReader(_Chunks(raw, [])))
+    assert message.count == MAX_PIECES and len(message.bitfield) == MAX_PIECES // 8
+    assert message.holds(MAX_PIECES - 1) and not message.holds(MAX_PIECES)
 
 
 @pytest.mark.parametrize("raw, why", [
@@ -65,11 +73,13 @@ def test_an_oversized_or_cut_have_is_a_bad_request(raw: bytes, why: str) -> None
     with pytest.raises(BadRequestError, match=why):
         trio.run(read_message, BufferedReader(_Chunks(raw, [3, 1, 1])))
     with pytest.raises(BadRequestError):
-        Message(Kind.HAVE, count=4, holding=frozenset({4}))
+        Message.have(4, {4})
+    with pytest.raises(BadRequestError):
+        Message(Kind.HAVE, count=9, bitfield=b"\xff")  # 9 pieces need 2 bytes
 
 
 async def _have(stream: Any, count: int, holding: set[int]) -> set[int]:
-    await stream.write(Message(Kind.HAVE, count=count, holding=frozenset(holding)).encode())
+    await stream.write(Message.have(count, holding).encode())
     assert await exactly(stream, 1) == bytes([Status.OK])
     _, listed = HAVE_HEADER.unpack(await exactly(stream, HAVE_HEADER.size))
     return decode_bitfield(listed, await exactly(stream, (listed + 7) // 8))
@@ -110,7 +120,7 @@ def test_a_have_for_another_piece_count_is_refused() -> None:
             root = server.store.put(1, data)
             with trio.fail_after(WAIT):
                 stream = await open_session(me, holder, 1, root)
-                await stream.write(Message(Kind.HAVE, count=COUNT + 1).encode())
+                await stream.write(Message.have(COUNT + 1, ()).encode())
                 assert await exactly(stream, 1) == bytes([Status.BAD_REQUEST])
             assert server.bad_requests == 1
 
