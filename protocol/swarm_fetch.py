@@ -170,8 +170,10 @@ class _Fetch:
                 lane = self.lanes[req.holder]
                 lane.pending = req
                 lane.work.set()
-            for name, lane in self.lanes.items():
-                if lane.quiet and not sched.offers(name):
+            quiet = [(name, lane) for name, lane in self.lanes.items() if lane.quiet]
+            mine = sched.spoken_for() if quiet else set()
+            for name, lane in quiet:
+                if not sched.offers(name, mine):
                     lane.work.set()  # back to polling it for news
             if all(lane.over for lane in self.lanes.values()):
                 return  # nobody left to ask

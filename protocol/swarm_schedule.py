@@ -264,13 +264,14 @@ class PieceScheduler:
         """The pieces we hold or have asked for: news that a holder has one of these changes nothing."""
         return self.have | self._reserved()
 
-    def offers(self, holder: str) -> bool:
+    def offers(self, holder: str, spoken_for: set[int] | None = None) -> bool:
         """Whether ``holder`` (as last reported) has a piece we miss that no request in flight reserves:
-        a fetcher can ask it without news of more pieces there."""
+        a fetcher can ask it without news of more pieces there. ``spoken_for``: :meth:`spoken_for`, when
+        the caller asks about many holders at once."""
         h = self.holders.get(holder)
         if h is None or h.dropped:
             return False
-        return not h.pieces <= self.spoken_for()
+        return not h.pieces <= (self.spoken_for() if spoken_for is None else spoken_for)
 
     def in_flight_ids(self) -> set[int]:
         return set(self._requests)

@@ -64,12 +64,13 @@ class Waitlist:
         candidate pieces from the fetcher's other holders, so a slow holder (the flow model: a 2 Mbit/s
         origin holding for its whole piece time) must not hold; a fast one saves the refusal and the idle
         round trip after it."""
-        first_free = self._first_free(now)
+        first_free = self._first_free(now, default=0.0)
         return 2 * first_free if first_free <= cap else 0.0
 
-    def _first_free(self, now: float) -> float:
+    def _first_free(self, now: float, *, default: float) -> float:
+        """Seconds until the first upload running here should end (``default`` when none runs)."""
         return min((max(0.0, began + self.piece_seconds - now) for began in self._uploads.values()),
-                   default=0.0)
+                   default=default)
 
     def served(self, fetcher: str) -> None:
         """``fetcher`` got a slot: its turn is used."""
@@ -87,8 +88,7 @@ class Waitlist:
         spacing = self.piece_seconds / self.slots
         # Refused with no upload running (its own first copies wait, or only a repeat was asked for): what
         # changes that is the next upload, about one spacing away.
-        first_free = min((max(0.0, began + self.piece_seconds - now) for began in self._uploads.values()),
-                         default=spacing)
+        first_free = self._first_free(now, default=spacing)
         when = now + first_free + ahead * spacing
         self._turns[fetcher] = when
         while len(self._turns) > self._max_tracked:

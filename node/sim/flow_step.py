@@ -235,12 +235,13 @@ class _Exchange:
 
     def _serve(self, fetcher: int, author: int, holder: int, rid: int, candidates: tuple[int, ...]) -> None:
         got, waits = self._pick(author, holder, candidates)
-        hold = self.waitlists[holder].hold_for(self.net.now, self.spec.slot_wait)
-        if got is Decline.BUSY and not waits and self.spec.turns and hold > 0:
-            key = (fetcher, author, rid)
-            self.queued[holder][key] = candidates
-            self.at(self.net.now + hold, partial(self._held_too_long, holder, key))
-            return
+        if got is Decline.BUSY and not waits and self.spec.turns:
+            hold = self.waitlists[holder].hold_for(self.net.now, self.spec.slot_wait)
+            if hold > 0:
+                key = (fetcher, author, rid)
+                self.queued[holder][key] = candidates
+                self.at(self.net.now + hold, partial(self._held_too_long, holder, key))
+                return
         self._answer(fetcher, author, holder, rid, got)
 
     def _pick(self, author: int, holder: int, candidates: tuple[int, ...]) -> tuple[int | Decline, bool]:
@@ -327,7 +328,8 @@ class _Exchange:
         for other in self.fetchers[author]:
             if other != fetcher and fetcher in self.spec.neighbours[other] and (other, author) in self.sched:
                 theirs = self.sched[(other, author)]
-                if theirs.offers(str(fetcher)) or piece in theirs.spoken_for():
+                spoken = theirs.spoken_for()
+                if piece in spoken or theirs.offers(str(fetcher), spoken):
                     self.unheard.setdefault((other, author), set()).add(fetcher)
                 else:  # its poll there is answered now
                     news = partial(self._news, other, author, fetcher, frozenset(self.have[fetcher][author]))
@@ -355,7 +357,7 @@ class _Exchange:
             return
         sched = self.sched[(fetcher, author)]
         mine = sched.spoken_for()
-        for holder in [h for h in unheard if not sched.offers(str(h))]:
+        for holder in [h for h in unheard if not sched.offers(str(h), mine)]:
             theirs = frozenset(self.have[holder].get(author, set()))
             if not theirs <= mine:
                 unheard.discard(holder)

@@ -142,9 +142,9 @@ class _CutsPolls(PiecesServer):
     """A partial holder whose connection fails whenever a piece request arrives during a HAVE poll: the
     fetcher sent that request, and must ask someone else for its pieces."""
 
-    async def _have(self, key: tuple[int, bytes], known: int, next_message: Callable[[], bool]
+    async def _have(self, key: tuple[int, bytes], message: Message, next_message: Callable[[], bool]
                     ) -> tuple[Status, bytes]:
-        got = await super()._have(key, known, next_message)
+        got = await super()._have(key, message, next_message)
         if next_message():
             self.cut += 1
             raise trio.BrokenResourceError("cut during a poll (test)")
