@@ -19,11 +19,13 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from multiaddr import Multiaddr
 
 from .muxer_guard import GuardedYamux, install_muxer_guard
+from .noise_reads import install_noise_reads
 from .pubsub_records import install_record_cache
 
 
 def build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
     install_muxer_guard()
+    install_noise_reads()
     install_record_cache()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     host = new_host(

@@ -1,0 +1,142 @@
+"""Noise messages read with the socket's low-water mark (protocol/noise_reads.py), over a real TCP pair.
+
+The reader is py-libp2p's own packet reader with the body read changed, so these tests drive it as a Noise
+session does: a 2-byte length, then the body, here arriving in parts the way a shaped uplink delivers it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from distro_node.protocol.noise_reads import LowWaterNoiseReader, install_noise_reads
+from libp2p.io.exceptions import IncompleteReadError
+from libp2p.io.trio import TrioTCPStream
+from libp2p.network.connection.raw_connection import RawConnection
+from libp2p.security.noise import io as noise_io
+
+pytestmark = pytest.mark.network
+
+
+@contextlib.asynccontextmanager
+async def tcp_pair() -> AsyncIterator[tuple[trio.SocketStream, trio.SocketStream]]:
+    """A connected pair of TCP streams on loopback, port chosen by the kernel."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    client = await trio.open_tcp_stream("127.0.0.1", port)
+    server = await listeners[0].accept()
+    try:
+        yield client, server
+    finally:
+        for s in (client, server, *listeners):
+            await s.aclose()
+
+
+def low_water(stream: trio.SocketStream) -> int:
+    return int(stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT))
+
+
+def reader_of(stream: trio.SocketStream) -> LowWaterNoiseReader:
+    return LowWaterNoiseReader(RawConnection(TrioTCPStream(stream), initiator=False))
+
+
+async def read_while_sending(parts: list[bytes], expected_mark_after_first: int) -> bytes:
+    """Send ``parts`` one by one to a reader that is waiting for the message; after the first part, check
+    the mark the waiting reader left on its socket. Returns what the reader read."""
+    async with tcp_pair() as (sender, receiver):
+        reader = reader_of(receiver)
+        got: list[bytes] = []
+
+        async def read() -> None:
+            got.append(await reader.read_msg())
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read)
+                await sender.send_all(parts[0])
+                await trio.testing.wait_all_tasks_blocked()
+                assert got == []
+                assert low_water(receiver) == expected_mark_after_first
+                for part in parts[1:]:
+                    await sender.send_all(part)
+        assert low_water(receiver) == 1
+        return got[0]
+
+
+def test_a_long_message_arriving_in_parts_is_read_whole_with_the_mark_set_while_it_waits() -> None:
+    message = bytes(range(256)) * 200  # 51,200 bytes
+    parts = [struct.pack(">H", len(message)) + message[:1000]]
+    parts += [message[start : start + 5000] for start in range(1000, len(message), 5000)]
+    # waiting for the rest in one wake-up
+    assert trio.run(read_while_sending, parts, len(message) - 1000) == message
+
+
+def test_a_short_message_is_read_without_the_mark() -> None:
+    parts = [struct.pack(">H", 100) + bytes(10), bytes(90)]
+    assert trio.run(read_while_sending, parts, 1) == bytes(100)
+
+
+def test_a_connection_closed_inside_a_message_is_an_incomplete_read_and_the_mark_is_reset() -> None:
+    async def body() -> None:
+        async with tcp_pair() as (sender, receiver):
+            reader = reader_of(receiver)
+            with trio.fail_after(10):
+                await sender.send_all(struct.pack(">H", 40_000) + bytes(20_000))
+                await sender.aclose()
+                with pytest.raises(IncompleteReadError, match="20000 bytes into a 40000-byte"):
+                    await reader.read_msg()
+            assert low_water(receiver) == 1
+
+    trio.run(body)
+
+
+def test_a_cancelled_read_puts_the_mark_back() -> None:
+    async def body() -> None:
+        async with tcp_pair() as (sender, receiver):
+            reader = reader_of(receiver)
+            with trio.fail_after(10):
+                await sender.send_all(struct.pack(">H", 30_000) + bytes(100))
+                with trio.move_on_after(0.2) as scope:
+                    await reader.read_msg()
+            assert scope.cancelled_caught
+            assert low_water(receiver) == 1
+
+    trio.run(body)
+
+
+class _NotTcp:
+    """A raw connection that is not a TCP socket (a relayed circuit's stream): read as py-libp2p does."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def read(self, n: int | None = None) -> bytes:
+        take = min(n or 1000, 1000)  # a part at a time, as a stream over a circuit hands it out
+        chunk, self.data = self.data[:take], self.data[take:]
+        return chunk
+
+    async def write(self, data: bytes) -> None:
+        raise AssertionError("not written")
+
+    async def close(self) -> None:
+        return None
+
+
+def test_a_connection_without_a_tcp_socket_reads_as_before() -> None:
+    async def body() -> None:
+        message = bytes(range(200)) * 100
+        conn: Any = _NotTcp(struct.pack(">H", len(message)) + message)
+        assert await LowWaterNoiseReader(conn).read_msg() == message
+
+    trio.run(body)
+
+
+def test_installing_makes_noise_sessions_build_this_reader() -> None:
+    install_noise_reads()
+    assert noise_io.NoisePacketReadWriter is LowWaterNoiseReader
