@@ -32,6 +32,7 @@ from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import PiecesConfig
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.swarm_fetch import fetch_swarm
+from distro_node.protocol.swarm_first_copies import PeerRates
 from distro_node.protocol.swarm_request import FetchStats, SwarmRequest
 from distro_node.protocol.swarm_schedule import ScheduleConfig
 from distro_node.protocol.swarm_turns import HolderGate
@@ -95,7 +96,8 @@ class Swarm:
         self.config = PiecesConfig(max_payload_bytes=max(size, 1), fetch_timeout=WAIT_S - 10,
                                    schedule=schedule)
         self.partials = PartialPayloads()
-        self.server = PiecesServer(host, store, self.partials, self.config)
+        self.rates = PeerRates()  # as the daemon: measured by our fetches, read by our server
+        self.server = PiecesServer(host, store, self.partials, self.config, rates=self.rates)
         self.stats = FetchStats()
         self.gate = HolderGate() if turns else None  # one request to a holder at once over our fetches
         self.server.install()
@@ -121,7 +123,7 @@ async def _round(host: P2PHost, gossip: AnnouncementChannel, inbox: Inbox, store
         others = sorted(host.connected_peers(), key=str)
         await fetch_swarm(host, SwarmRequest(RUN, step, want, size), others, store=store,
                           partials=swarm.partials, complete=[sender], config=swarm.config, stats=swarm.stats,
-                          gate=swarm.gate)
+                          gate=swarm.gate, rates=swarm.rates)
 
     with trio.fail_after(WAIT_S):
         async with trio.open_nursery() as pulls:

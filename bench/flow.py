@@ -85,7 +85,10 @@ def run_one(lines: list[Line], k: int, latency: float, payload_bytes: int = PAYL
     spec = ExchangeSpec(lines=tuple(lines), payload_bytes=payload_bytes, wants=wants,
                         neighbours=random_graph(n, HostConfig().max_peers, seed), latency=latency)
     started = time.perf_counter()
-    result = simulate_exchange(spec)
+    # A step after the first: the rates each peer measured in an earlier step (here: the same exchange run
+    # once before) decide who gets first copies, as the daemon keeps its table across steps.
+    warm = simulate_exchange(spec)
+    result = simulate_exchange(spec, rates=warm.rates)
     wall = time.perf_counter() - started
     bound = swarm_bound(lines, payload_bytes, wants)
     uploads = sorted(result.uploaded)

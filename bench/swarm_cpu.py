@@ -31,6 +31,7 @@ from distro_node.protocol.partials import PartialPayloads
 from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.store import PayloadStore, payload_digest
 from distro_node.protocol.swarm_fetch import fetch_swarm
+from distro_node.protocol.swarm_first_copies import PeerRates
 from distro_node.protocol.swarm_request import SwarmRequest
 from distro_node.protocol.swarm_turns import HolderGate
 from distro_node.protocol.testing import connect_all_to, start_hosts
@@ -61,7 +62,9 @@ async def exchange(hosts: int, size: int, steps: int, counts: Counter[str]) -> l
     async with start_hosts(hosts) as peers:
         stores = [PayloadStore(RUN, window_steps=steps + 1) for _ in peers]
         partials = [PartialPayloads() for _ in peers]
-        servers = [PiecesServer(h, s, p) for h, s, p in zip(peers, stores, partials, strict=True)]
+        rates = [PeerRates() for _ in peers]  # as the daemon: measured by its fetches, read by its server
+        servers = [PiecesServer(h, s, p, rates=r)
+                   for h, s, p, r in zip(peers, stores, partials, rates, strict=True)]
         for server in servers:
             server.install()
         for i in range(hosts - 1):
@@ -86,7 +89,7 @@ async def exchange(hosts: int, size: int, steps: int, counts: Counter[str]) -> l
                                 others = [peers[k].peer_id for k in range(hosts) if k not in (i, j)]
                                 request = SwarmRequest(RUN, step, digests[j], size)
                                 nursery.start_soon(_fetch, peers[i], request, others, stores[i], partials[i],
-                                                   peers[j].peer_id, gates[i])
+                                                   peers[j].peer_id, gates[i], rates[i])
             rows.append({"step": step, "cpu_s": round(time.process_time() - cpu, 3),
                          "wall_s": round(time.perf_counter() - wall, 3), **counts,
                          "pieces_served": sum(s.pieces_served for s in servers) - served,
@@ -96,8 +99,9 @@ async def exchange(hosts: int, size: int, steps: int, counts: Counter[str]) -> l
 
 
 async def _fetch(host: Any, request: SwarmRequest, holders: list[Any], store: PayloadStore,
-                 partials: PartialPayloads, author: Any, gate: HolderGate) -> None:
-    await fetch_swarm(host, request, holders, store=store, partials=partials, complete=[author], gate=gate)
+                 partials: PartialPayloads, author: Any, gate: HolderGate, rates: PeerRates) -> None:
+    await fetch_swarm(host, request, holders, store=store, partials=partials, complete=[author], gate=gate,
+                      rates=rates)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,7 @@ from .pieces_wire import (
     read_message,
     read_open,
 )
+from .swarm_first_copies import FirstCopies, PeerRates
 from .swarm_schedule import Decline, own_first_copies_left, pick_to_serve
 from .swarm_turns import Waitlist
 from .transfer import ServedPayloads
@@ -51,11 +52,15 @@ _KEPT_OWN = 4  # own payloads whose first copies take precedence (a step's, and 
 class PiecesServer:
     def __init__(self, host: P2PHost, store: ServedPayloads, partials: PartialPayloads,
                  config: PiecesConfig | None = None, *,
-                 on_upload: Callable[[int], None] | None = None) -> None:
+                 on_upload: Callable[[int], None] | None = None, rates: PeerRates | None = None) -> None:
+        """``rates``: the rates this peer's fetches measured (swarm_first_copies.py), shared with them;
+        without it the first-copy rule finds nobody fast and stands aside."""
         self.host = host
         self.store = store
         self.partials = partials
         self.config = config or PiecesConfig()
+        self.rates = rates or PeerRates()
+        self.first_copies = FirstCopies(self.config.first_copy_factor, self.config.first_copy_window)
         self._on_upload = on_upload
         self.uploads_in_progress = 0
         self._slot_freed = trio.lowlevel.ParkingLot()  # requests held for a free upload slot
@@ -220,14 +225,15 @@ class PiecesServer:
         started = self._started.setdefault(key, {})
         while len(self._started) > _KEPT_LISTS:
             self._started.popitem(last=False)
-        relay_waits = self._relay_waits(key)
-        got = Decline.NOT_HELD if held is None else pick_to_serve(
-            choices, held[1], started, uploading=self.uploads_in_progress, slots=self.config.upload_slots,
-            relay_waits=relay_waits)
-        if got is Decline.BUSY and held is not None and not relay_waits:
-            got = await self._wait_for_slot(key, choices, held[1], started)
-        data = None if isinstance(got, Decline) else self._piece_bytes(*key, got)
         fetcher = str(stream.muxed_conn.peer_id)
+        if key in self._own:
+            self.first_copies.asked(fetcher, trio.current_time())
+        got: int | Decline = Decline.NOT_HELD
+        if held is not None:
+            got, may_wait = self._choose(key, choices, held[1], started, fetcher)
+            if got is Decline.BUSY and may_wait:
+                got = await self._wait_for_slot(key, choices, held[1], started, fetcher)
+        data = None if isinstance(got, Decline) else self._piece_bytes(*key, got)
         now = trio.current_time()
         if isinstance(got, Decline) or data is None:
             if got is not Decline.BUSY:
@@ -255,11 +261,28 @@ class PiecesServer:
             return ok
         finally:
             self.uploads_in_progress -= 1
-            self.waitlist.finished(upload, trio.current_time(), complete=ok)
+            ended = trio.current_time()
+            self.waitlist.finished(upload, ended, complete=ok)
+            if key in self._own:
+                self.first_copies.asked(fetcher, ended)
             self._slot_freed.unpark_all()
 
+    def _choose(self, key: tuple[int, bytes], choices: tuple[int, ...], have: set[int],
+                started: dict[int, int], fetcher: str) -> tuple[int | Decline, bool]:
+        """The piece to send ``fetcher`` (``pick_to_serve``, then the first-copy rule for our own payload),
+        and whether a BUSY may wait for a free slot: not when what keeps it is the rule or our own first
+        copies (a free slot would not change that)."""
+        relay_waits = self._relay_waits(key)
+        got = pick_to_serve(choices, have, started, uploading=self.uploads_in_progress,
+                            slots=self.config.upload_slots, relay_waits=relay_waits)
+        if isinstance(got, int) and key in self._own and started.get(got, 0) == 0:
+            own_rate = self.waitlist.upload_rate(PIECE_BYTES)
+            if not self.first_copies.may_send(fetcher, trio.current_time(), own_rate, self.rates):
+                return Decline.BUSY, False
+        return got, not relay_waits
+
     async def _wait_for_slot(self, key: tuple[int, bytes], choices: tuple[int, ...], have: set[int],
-                             started: dict[int, int]) -> int | Decline:
+                             started: dict[int, int], fetcher: str) -> int | Decline:
         """Hold a request refused for a full uplink until an upload ends, when one should end soon
         (``Waitlist.hold_for``): the slot goes to it with no round trip between, where a refusal left it
         idle until some fetcher's turn came (and was a message each way)."""
@@ -268,10 +291,10 @@ class PiecesServer:
         if hold <= 0:
             return got
         with trio.move_on_after(hold):
-            while got is Decline.BUSY:
+            may_wait = True
+            while got is Decline.BUSY and may_wait:
                 await self._slot_freed.park()
-                got = pick_to_serve(choices, have, started, uploading=self.uploads_in_progress,
-                                    slots=self.config.upload_slots, relay_waits=self._relay_waits(key))
+                got, may_wait = self._choose(key, choices, have, started, fetcher)
         return got
 
     async def _status(self, stream: INetStream, status: Status) -> None:

@@ -99,6 +99,13 @@ class PiecesConfig:
     # mean of 5 payload sizes, 4 and 8 peers: 0.25 s left mixed lines as without holding (8 peers: 2.00x
     # the bound) and home lines better (1.04 -> 1.02x); 1.0 s made mixed 8 2.45x (bench/flow.py run_one).
     slot_wait: float = 0.25
+    # First copies of our own payload go only to fetchers that download from us at least this many times
+    # our upload rate, while one of them asked within ``first_copy_window`` seconds
+    # (swarm_first_copies.py; 0 turns it off). The flow model, mean of 5 payload sizes, the testbed's mixed
+    # lines at 8 peers: 1.40x the bound -> 1.21x (testbed latency), 1.41x -> 1.20x (internet latency);
+    # factor 3: 1.22x / 1.17x; home lines unchanged (bench/flow.py run_one).
+    first_copy_factor: float = 2.0
+    first_copy_window: float = 2.0
     # Sessions open at once, over every payload and fetcher; beyond it a new one is answered BUSY.
     max_sessions: int = 256
     # A holder that timed out or reset this many times is dropped for the rest of the fetch.
@@ -109,10 +116,12 @@ class PiecesConfig:
         if min(self.max_payload_bytes, self.upload_slots, self.max_sessions, self.max_losses,
                self.max_session_messages) < 1:
             raise ValueError("PiecesConfig sizes and counts must be >= 1")
+        if self.first_copy_factor < 0:
+            raise ValueError("PiecesConfig.first_copy_factor must be >= 0 (0: off)")
         if self.schedule.choices > MAX_CHOICES:
             raise ValueError(f"PiecesConfig.schedule.choices must be <= {MAX_CHOICES} (the wire's cap)")
         for name in ("piece_timeout", "have_wait", "fetch_timeout", "request_timeout", "session_idle",
-                     "serve_timeout", "slot_wait"):
+                     "serve_timeout", "slot_wait", "first_copy_window"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"PiecesConfig.{name} must be > 0")
 

@@ -50,6 +50,7 @@ from .pieces_wire import (
 )
 from .rpc import client_stream
 from .store import PayloadStore
+from .swarm_first_copies import PeerRates
 from .swarm_lanes import Lane, Lost, carrying, describe
 from .swarm_request import ConnClass, FetchStats, SwarmRequest, all_direct
 from .swarm_schedule import ALL, Failure, PieceScheduler, Request
@@ -61,18 +62,21 @@ logger = logging.getLogger(__name__)
 async def fetch_swarm(host: P2PHost, request: SwarmRequest, holders: Sequence[ID], *, store: PayloadStore,
                       partials: PartialPayloads, complete: Sequence[ID] = (),
                       config: PiecesConfig | None = None, conn_class: ConnClass = all_direct,
-                      stats: FetchStats | None = None, gate: HolderGate | None = None) -> bytes:
+                      stats: FetchStats | None = None, gate: HolderGate | None = None,
+                      rates: PeerRates | None = None) -> bytes:
     """The payload, from ``store`` or fetched from ``holders`` (``complete`` ones are known to hold all of
     it: its author, the leader that listed it) and kept in ``store``. Raises FetchFailedError naming each
     holder's error when no complete copy could be put together within ``fetch_timeout``. ``gate``: shared
-    by the fetches this peer runs at once (None: this fetch asks each holder as its scheduler allows)."""
+    by the fetches this peer runs at once (None: this fetch asks each holder as its scheduler allows).
+    ``rates``: the peer's table of measured rates, which each verified piece updates (its pieces server
+    decides first copies by it, swarm_first_copies.py)."""
     cfg = config or PiecesConfig()
     cached = store.get(request.step, request.root)
     if cached is not None:
         return cached
     if request.size is not None and not 0 <= request.size <= cfg.max_payload_bytes:
         raise PayloadTooLargeError(f"announced size {request.size} is outside 0..{cfg.max_payload_bytes}")
-    run = _Fetch(host, request, cfg, partials, conn_class, stats or FetchStats(), gate)
+    run = _Fetch(host, request, cfg, partials, conn_class, stats or FetchStats(), gate, rates)
     # A one-piece payload gains nothing from partial holders: its complete holders alone, one session each.
     single = request.size is not None and piece_count(request.size) == 1
     order = list(dict.fromkeys(h for h in [*complete, *(() if single else holders)] if h != host.peer_id))
@@ -96,9 +100,10 @@ _STALL_LOG_AFTER = 10.0  # seconds without a new piece before a fetch logs where
 
 class _Fetch:
     def __init__(self, host: P2PHost, request: SwarmRequest, cfg: PiecesConfig, partials: PartialPayloads,
-                 conn_class: ConnClass, stats: FetchStats, gate: HolderGate | None) -> None:
+                 conn_class: ConnClass, stats: FetchStats, gate: HolderGate | None,
+                 rates: PeerRates | None) -> None:
         self.host, self.request, self.cfg, self.partials = host, request, cfg, partials
-        self.conn_class, self.stats, self.gate = conn_class, stats, GateUse(gate)
+        self.conn_class, self.stats, self.gate, self.rates = conn_class, stats, GateUse(gate), rates
         self.errors: list[tuple[str, TransportError]] = []
         self.lanes: dict[str, Lane] = {}
         self.sched: PieceScheduler | None = None
@@ -391,7 +396,9 @@ class _Fetch:
         if not ok:
             raise HashMismatchError(f"piece {index} does not match its hash", peer)
         part.put(index, data)
-        sched.piece_done(req.id, trio.current_time())
+        rate = sched.piece_done(req.id, trio.current_time())
+        if rate is not None and self.rates is not None:
+            self.rates.observe(peer, rate)
         self.partials.notify()
         self.poke()
 

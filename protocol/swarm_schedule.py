@@ -208,11 +208,12 @@ class PieceScheduler:
         r.piece, r.started_at = piece, now
         return True
 
-    def piece_done(self, request_id: int, now: float) -> None:
-        """The piece arrived and verified: we hold it (and serve it from now on)."""
+    def piece_done(self, request_id: int, now: float) -> float | None:
+        """The piece arrived and verified: we hold it (and serve it from now on). Returns the rate it came
+        at (bytes/s), for the peer's table of rates over all fetches (swarm_first_copies.PeerRates)."""
         r = self._requests.get(request_id)
         if r is None or r.piece is None:
-            return
+            return None
         h = self.holders[r.holder]
         nbytes = piece_span(self.size, r.piece)[1]
         elapsed = max(now - (r.started_at if r.started_at is not None else r.sent_at), 1e-6)
@@ -223,6 +224,7 @@ class PieceScheduler:
             self.have.add(r.piece)
             self.received_bytes += nbytes
         self._forget(request_id)
+        return measured
 
     def request_failed(self, request_id: int, now: float, why: Failure, *, retry_after: float = 0.0) -> None:
         """``retry_after``: when a BUSY holder said to come back (seconds); the holder rests that long,

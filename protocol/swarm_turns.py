@@ -72,6 +72,12 @@ class Waitlist:
         return min((max(0.0, began + self.piece_seconds - now) for began in self._uploads.values()),
                    default=default)
 
+    def upload_rate(self, piece_bytes: int) -> float:
+        """Our upload rate as our uploads measured it (bytes/s): every slot busy with a piece of
+        ``piece_bytes`` taking the average time. Exact for a full uplink; a fast one, whose uploads the
+        fetchers' downlinks hold back, reads low."""
+        return self.slots * piece_bytes / self.piece_seconds
+
     def served(self, fetcher: str) -> None:
         """``fetcher`` got a slot: its turn is used."""
         self._turns.pop(fetcher, None)

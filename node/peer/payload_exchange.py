@@ -22,6 +22,7 @@ from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import PiecesConfig
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.swarm_fetch import fetch_swarm
+from distro_node.protocol.swarm_first_copies import PeerRates
 from distro_node.protocol.swarm_request import FetchStats, SwarmRequest
 from distro_node.protocol.swarm_turns import HolderGate
 from distro_node.protocol.transfer import PayloadRequest, PayloadServer, TransferConfig
@@ -63,9 +64,10 @@ class PayloadExchange:
         self.pieces = PiecesConfig(max_payload_bytes=max_payload_bytes)
         self.partials = PartialPayloads()
         self.gate = HolderGate()  # one request to a holder at once over all our piece fetches
+        self.rates = PeerRates()  # measured by our fetches, read by our server for first copies
         self.whole_server = PayloadServer(host, store, self.transfer, on_upload=counters.count_sent)
         self.piece_server = PiecesServer(host, store, self.partials, self.pieces,
-                                         on_upload=counters.count_sent)
+                                         on_upload=counters.count_sent, rates=self.rates)
 
     def install(self) -> None:
         self.whole_server.install()
@@ -106,7 +108,7 @@ class PayloadExchange:
                 store=self.store, partials=self.partials, complete=[s for s in sources if s in route],
                 # Route is best first, as the scheduler's connection class wants it (lower asked first)
                 config=self.pieces, conn_class=lambda h: route.get(h, Route.DIAL), stats=stats,
-                gate=self.gate)
+                gate=self.gate, rates=self.rates)
         finally:
             for holder, n in stats.by_holder.items():
                 self._counters.received_via(n, relayed=self._relayed(ID.from_base58(holder)))

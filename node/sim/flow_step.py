@@ -26,6 +26,7 @@ from typing import cast
 
 from distro_node.protocol.pieces import PIECE_BYTES, piece_count, piece_span
 from distro_node.protocol.pieces_wire import PiecesConfig
+from distro_node.protocol.swarm_first_copies import FirstCopies, PeerRates
 from distro_node.protocol.swarm_schedule import (
     ALL,
     Decline,
@@ -56,6 +57,8 @@ class ExchangeSpec:
     latency: float = 0.001
     upload_slots: int = PiecesConfig.upload_slots
     slot_wait: float = PiecesConfig.slot_wait
+    first_copy_factor: float = PiecesConfig.first_copy_factor
+    first_copy_window: float = PiecesConfig.first_copy_window
     # The refusal rules of protocol/swarm_turns.py, as the daemon's pieces protocol has them (off: every
     # fetch polls busy holders each back-off, as before them).
     turns: bool = True
@@ -85,6 +88,8 @@ class ExchangeResult:
     downloaded: list[float]
     wanted_bytes: list[int]  # per fetcher: payload bytes it needed
     refused: int = 0  # piece requests a holder declined as busy
+    # Per peer, the rates its fetches measured: pass them to the next step's run, as a daemon keeps them.
+    rates: list[PeerRates] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
@@ -120,9 +125,13 @@ def random_graph(n: int, degree: int, seed: int) -> tuple[frozenset[int], ...]:
 
 
 class _Exchange:
-    def __init__(self, spec: ExchangeSpec) -> None:
+    def __init__(self, spec: ExchangeSpec, rates: Sequence[PeerRates] | None) -> None:
         self.spec = spec
         n = len(spec.lines)
+        if rates is not None and len(rates) != n:
+            raise FlowModelError(f"rates need one table per line ({n})")
+        self.rates = list(rates) if rates is not None else [PeerRates() for _ in range(n)]
+        self.first = [FirstCopies(spec.first_copy_factor, spec.first_copy_window) for _ in range(n)]
         self.net = FlowNetwork(spec.lines)
         self.events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -169,7 +178,7 @@ class _Exchange:
                 heapq.heappop(self.events)[2]()
         size = spec.payload_bytes
         return ExchangeResult(self.done_at, list(self.net.uploaded), list(self.net.downloaded),
-                              [size * len(w) for w in spec.wants], self.refused)
+                              [size * len(w) for w in spec.wants], self.refused, self.rates)
 
     # --- authors and fetchers ------------------------------------------------------------------------------
 
@@ -234,7 +243,9 @@ class _Exchange:
     # --- holders -------------------------------------------------------------------------------------------
 
     def _serve(self, fetcher: int, author: int, holder: int, rid: int, candidates: tuple[int, ...]) -> None:
-        got, waits = self._pick(author, holder, candidates)
+        if author == holder:
+            self.first[holder].asked(str(fetcher), self.net.now)
+        got, waits = self._pick(fetcher, author, holder, candidates)
         if got is Decline.BUSY and not waits and self.spec.turns:
             hold = self.waitlists[holder].hold_for(self.net.now, self.spec.slot_wait)
             if hold > 0:
@@ -244,13 +255,19 @@ class _Exchange:
                 return
         self._answer(fetcher, author, holder, rid, got)
 
-    def _pick(self, author: int, holder: int, candidates: tuple[int, ...]) -> tuple[int | Decline, bool]:
+    def _pick(self, fetcher: int, author: int, holder: int, candidates: tuple[int, ...]
+              ) -> tuple[int | Decline, bool]:
+        """As pieces_serve.PiecesServer._choose: the piece, and True when a BUSY must not be held."""
         started = self.started[holder].setdefault(author, {})
         waits = author != holder and own_first_copies_left(self.started[holder].get(holder),
                                                             piece_count(self.spec.payload_bytes))
-        return pick_to_serve(candidates, self.have[holder].get(author, set()), started,
-                             uploading=self.uploading[holder], slots=self.spec.upload_slots,
-                             relay_waits=waits), waits
+        got = pick_to_serve(candidates, self.have[holder].get(author, set()), started,
+                            uploading=self.uploading[holder], slots=self.spec.upload_slots, relay_waits=waits)
+        if isinstance(got, int) and author == holder and started.get(got, 0) == 0:
+            own_rate = self.waitlists[holder].upload_rate(PIECE_BYTES)
+            if not self.first[holder].may_send(str(fetcher), self.net.now, own_rate, self.rates[holder]):
+                return Decline.BUSY, True
+        return got, waits
 
     def _held_too_long(self, holder: int, key: tuple[int, int, int]) -> None:
         if self.queued[holder].pop(key, None) is not None:
@@ -261,7 +278,7 @@ class _Exchange:
         for key, candidates in list(self.queued[holder].items()):
             if self.uploading[holder] >= self.spec.upload_slots:
                 return
-            got, _ = self._pick(key[1], holder, candidates)
+            got, _ = self._pick(key[0], key[1], holder, candidates)
             if not isinstance(got, Decline):
                 del self.queued[holder][key]
                 self._answer(*key[:2], holder, key[2], got)
@@ -322,7 +339,11 @@ class _Exchange:
         self._slot_freed(holder)
         self.moving.pop((fetcher, author, rid), None)
         sched = self.sched[(fetcher, author)]
-        sched.piece_done(rid, self.net.now)
+        rate = sched.piece_done(rid, self.net.now)
+        if rate is not None:
+            self.rates[fetcher].observe(str(holder), rate)
+        if holder == author:
+            self.first[holder].asked(str(fetcher), self.net.now)
         self._ungate(fetcher, author, rid)
         self.have[fetcher].setdefault(author, set()).add(piece)
         for other in self.fetchers[author]:
@@ -365,9 +386,11 @@ class _Exchange:
                 self.at(self.net.now + 2 * self.spec.latency, news)
 
 
-def simulate_exchange(spec: ExchangeSpec) -> ExchangeResult:
-    """Run one step's exchange to the end (every fetcher complete) or ``spec.time_limit``."""
-    return _Exchange(spec).run()
+def simulate_exchange(spec: ExchangeSpec, rates: Sequence[PeerRates] | None = None) -> ExchangeResult:
+    """Run one step's exchange to the end (every fetcher complete) or ``spec.time_limit``. ``rates``: each
+    peer's measured rates from an earlier step (``ExchangeResult.rates``); None: a first step, nothing
+    measured yet."""
+    return _Exchange(spec, rates).run()
 
 
 def swarm_bound(lines: Sequence[Line], payload_bytes: int, wants: Sequence[frozenset[int]]) -> float:

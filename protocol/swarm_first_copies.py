@@ -1,0 +1,80 @@
+"""Who gets an origin's first copies: fetchers that pass them on fast, when any such fetcher is waiting.
+
+Pure (time is an argument), shared by the daemon's pieces server (protocol/pieces_serve.py) and the flow
+model (node/sim/flow_step.py).
+
+Why: a slow origin (2 Mbit/s) sends each piece of its payload about once (``pick_to_serve``), and whoever
+gets that first copy must spread it to everyone else. Given to a peer whose own uplink is no faster than
+the origin's, or one that relays nothing until its own first copies are out (``relay_waits``), a piece
+sat there for seconds: in the flow model of the testbed's ``mixed`` lines (2 gigabit, 4 home, 2 slow, 8
+peers), a slow origin's piece that went to the other slow peer reached its last fetcher 2.5 s after the
+origin had sent its last piece. So while a fetcher that downloads from us at least ``factor`` times our own
+upload rate is waiting (it asked within ``window``), a first copy goes to such a fetcher only; others are
+told their turn and fetch from the fast ones. With nobody that fast (every line alike, or the first step,
+before anything was measured) the rule stands aside.
+
+What "fast" rests on: only rates this peer measured itself, downloading pieces from that peer
+(:class:`PeerRates`), never a rate a peer claims. A peer that wants first copies must have served us fast;
+one that then keeps them to itself costs the origin the repeats it sends once its first copies are out.
+The rate a slow peer measures is capped by its own downlink (20 Mbit/s), which is why the factor is
+against our upload rate, not against the fastest peer we know.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class PeerRates:
+    """Download rates (bytes/s) this peer measured from each other peer, over every payload and step: a
+    moving average per peer, the least recently measured forgotten beyond ``max_tracked``."""
+
+    def __init__(self, *, smoothing: float = 0.3, max_tracked: int = 1024) -> None:
+        if not 0 < smoothing <= 1 or max_tracked < 1:
+            raise ValueError("PeerRates needs smoothing in (0, 1] and max_tracked >= 1")
+        self._smoothing = smoothing
+        self._max_tracked = max_tracked
+        self._rates: OrderedDict[str, float] = OrderedDict()
+
+    def observe(self, peer: str, rate: float) -> None:
+        if not rate > 0:
+            return
+        old = self._rates.pop(peer, None)
+        a = self._smoothing
+        self._rates[peer] = rate if old is None else a * rate + (1 - a) * old
+        while len(self._rates) > self._max_tracked:
+            self._rates.popitem(last=False)
+
+    def get(self, peer: str) -> float:
+        """The peer's rate; 0.0 when never measured."""
+        return self._rates.get(peer, 0.0)
+
+
+class FirstCopies:
+    """One origin's side of the rule in the module docstring. ``factor`` <= 0 turns it off."""
+
+    def __init__(self, factor: float, window: float, *, max_tracked: int = 1024) -> None:
+        if factor < 0 or window <= 0 or max_tracked < 1:
+            raise ValueError("FirstCopies needs factor >= 0, window > 0 and max_tracked >= 1")
+        self.factor = factor
+        self.window = window
+        self._max_tracked = max_tracked
+        self._asked: OrderedDict[str, float] = OrderedDict()  # fetcher of our payload -> when last seen
+
+    def asked(self, fetcher: str, now: float) -> None:
+        """``fetcher`` asked for a piece of our own payload, or an upload of one to it ended."""
+        self._asked.pop(fetcher, None)
+        self._asked[fetcher] = now
+        while len(self._asked) > self._max_tracked:
+            self._asked.popitem(last=False)
+
+    def may_send(self, fetcher: str, now: float, own_rate: float, rates: PeerRates) -> bool:
+        """Whether a first copy of our payload may go to ``fetcher`` now. ``own_rate``: our upload rate as
+        our uploads measured it (bytes/s)."""
+        if self.factor <= 0:
+            return True
+        need = self.factor * own_rate
+        if rates.get(fetcher) >= need:
+            return True
+        return not any(rates.get(other) >= need for other, seen in self._asked.items()
+                       if other != fetcher and now - seen <= self.window)

@@ -1,0 +1,88 @@
+"""An origin's first copies go to fetchers that pass them on fast (protocol/swarm_first_copies.py): the pure
+rule, the pieces server applying it on real loopback hosts, and the flow model of the testbed's lines."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import trio
+from distro_node.node.sim.flow_net import Line
+from distro_node.node.sim.flow_step import ExchangeSpec, full_mesh, simulate_exchange
+from distro_node.node.testbed.netns import profile_links
+from distro_node.protocol.pieces_wire import PiecesConfig, Status
+from distro_node.protocol.swarm_first_copies import FirstCopies, PeerRates
+from distro_node.protocol.testing import WAIT
+from pieces_support import SIZE, ask_piece, open_session, swarm
+
+FAST, SLOW = 1e12, 1.0  # bytes/s: far above and below any upload rate a loopback holder measures
+
+
+def test_peer_rates_average_each_peer_and_forget_the_least_recent_beyond_the_cap() -> None:
+    rates = PeerRates(smoothing=0.5, max_tracked=2)
+    rates.observe("a", 100.0)
+    rates.observe("a", 300.0)
+    rates.observe("b", 0.0)  # nothing measured: ignored
+    assert rates.get("a") == 200.0 and rates.get("b") == 0.0
+    rates.observe("b", 10.0)
+    rates.observe("c", 20.0)
+    assert rates.get("a") == 0.0 and rates.get("b") == 10.0 and rates.get("c") == 20.0
+    with pytest.raises(ValueError, match="smoothing"):
+        PeerRates(smoothing=0)
+
+
+def test_a_first_copy_waits_for_a_fast_fetcher_only_while_one_is_waiting() -> None:
+    rates = PeerRates()
+    rates.observe("gigabit", 100.0)
+    rates.observe("home", 15.0)
+    rule = FirstCopies(factor=2.0, window=1.0)
+    own = 10.0  # our upload rate: "fast" is 20 and more
+    assert rule.may_send("home", 0.0, own, rates)  # nobody fast asked yet
+    rule.asked("gigabit", 0.0)
+    assert rule.may_send("gigabit", 0.5, own, rates)
+    assert not rule.may_send("home", 0.5, own, rates)  # kept for the gigabit fetcher
+    assert not rule.may_send("stranger", 0.5, own, rates)  # never measured: not fast
+    assert rule.may_send("home", 1.5, own, rates)  # the gigabit fetcher has not asked for a while
+    assert FirstCopies(factor=0.0, window=1.0).may_send("home", 0.5, own, rates)  # off
+    with pytest.raises(ValueError, match="factor"):
+        FirstCopies(factor=-1.0, window=1.0)
+
+
+@pytest.mark.network
+def test_an_origin_keeps_its_first_copies_for_a_fast_fetcher_and_still_repeats_to_a_slow_one() -> None:
+    config = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, first_copy_window=WAIT)
+
+    async def body() -> None:
+        async with swarm(3, config=config) as ((origin, fast, slow), (server, _, _)):
+            server.rates.observe(str(fast.peer_id), FAST)  # as if the origin had fetched from them
+            server.rates.observe(str(slow.peer_id), SLOW)
+            root = server.store.put(3, os.urandom(SIZE))
+            server.mark_own(3, root)
+            with trio.fail_after(WAIT):
+                from_fast = await open_session(fast, origin, 3, root)
+                from_slow = await open_session(slow, origin, 3, root)
+                assert await ask_piece(from_slow, 1) is Status.OK  # nobody fast asked yet
+                assert await ask_piece(from_fast, 0) is Status.OK
+                assert await ask_piece(from_slow, 2) is Status.BUSY  # a first copy, kept for the fast one
+                assert server.busy == 1
+                assert await ask_piece(from_fast, 2) is Status.OK
+                assert await ask_piece(from_slow, 0) is Status.OK  # a repeat, on an idle uplink
+
+    trio.run(body)
+
+
+def _exchange_seconds(lines: list[Line], factor: float) -> float:
+    """One step after a first one (whose measured rates it starts from), as bench/flow.py runs it."""
+    spec = ExchangeSpec(lines=tuple(lines), payload_bytes=1_450_000, wants=full_mesh(len(lines)),
+                        neighbours=full_mesh(len(lines)), latency=0.0005, first_copy_factor=factor)
+    warm = simulate_exchange(spec)
+    return simulate_exchange(spec, rates=warm.rates).seconds
+
+
+def test_in_the_flow_model_first_copies_to_fast_fetchers_shorten_the_mixed_exchange_only() -> None:
+    """The testbed's lines at 8 peers (the acceptance swarm): mixed lines faster by a tenth or more, equal
+    home lines as they were (nobody is twice as fast as an origin there)."""
+    mixed = [Line.mbit(link.down_mbit, link.up_mbit) for link in profile_links("mixed", 8)]
+    home = [Line.mbit(link.down_mbit, link.up_mbit) for link in profile_links("home", 8)]
+    assert _exchange_seconds(mixed, 2.0) < 0.9 * _exchange_seconds(mixed, 0.0)
+    assert _exchange_seconds(home, 2.0) == _exchange_seconds(home, 0.0)
