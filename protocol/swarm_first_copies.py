@@ -3,15 +3,15 @@
 Pure (time is an argument), shared by the daemon's pieces server (protocol/pieces_serve.py) and the flow
 model (node/sim/flow_step.py).
 
-Why: a slow origin (2 Mbit/s) sends each piece of its payload about once (``pick_to_serve``), and whoever
-gets that first copy must spread it to everyone else. Given to a peer whose own uplink is no faster than
-the origin's, or one that relays nothing until its own first copies are out (``relay_waits``), a piece
-sat there for seconds: in the flow model of the testbed's ``mixed`` lines (2 gigabit, 4 home, 2 slow, 8
-peers), a slow origin's piece that went to the other slow peer reached its last fetcher 2.5 s after the
-origin had sent its last piece. So while a fetcher that downloads from us at least ``factor`` times our own
-upload rate is waiting (it asked within ``window``), a first copy goes to such a fetcher only; others are
-told their turn and fetch from the fast ones. With nobody that fast (every line alike, or the first step,
-before anything was measured) the rule stands aside.
+Why: a slow origin (2 Mbit/s) sends each piece of its payload about once (``pick_to_serve``), and whoever gets
+that first copy must spread it to everyone else. Given to a peer whose own uplink is no faster than the
+origin's, or one that relays nothing until its own first copies are out (``relay_waits``), a piece sat there
+for seconds: in the flow model of the testbed's ``mixed`` lines (2 gigabit, 4 home, 2 slow, 8 peers, 1.45 MB),
+a slow origin's piece that went to the other slow peer at 0.1 s was relayed from 5.6 s on and reached its last
+fetcher at 7.7 s, where the exchange's bound is 6.1 s. So while a fetcher that downloads from us at least
+``factor`` times our own upload rate is waiting (it asked within ``window``), a first copy goes to such a
+fetcher only; others are told their turn and fetch from the fast ones. With nobody that fast (every line
+alike, or the first step, before anything was measured) the rule stands aside.
 
 What "fast" rests on: only rates this peer measured itself, downloading pieces from that peer
 (:class:`PeerRates`), never a rate a peer claims. A peer that wants first copies must have served us fast;
