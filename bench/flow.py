@@ -33,13 +33,8 @@ from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
 from distro_node.node.sim.flow_net import Line
-from distro_node.node.sim.flow_step import (
-    ExchangeSpec,
-    full_mesh,
-    random_graph,
-    simulate_exchange,
-    swarm_bound,
-)
+from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange, swarm_bound
+from distro_node.node.sim.flow_topology import full_mesh, random_graph
 from distro_node.node.testbed.netns import GIGABIT, HOME, SLOW, profile_links
 from distro_node.node.testbed.netns import Link as TestbedLink
 from distro_node.protocol.consensus.config import DEFAULT_INCLUSION_FETCH_MARGIN

@@ -49,6 +49,13 @@ def piece_hashes(data: bytes) -> list[bytes]:
     return [piece_hash(view[o : o + n]) for o, n in spans]
 
 
+def piece_matches(data: bytes, index: int, hashes: list[bytes] | None, size: int, root: bytes) -> bool:
+    """Whether ``data`` is piece ``index``: against its listed hash, or (``hashes`` None: a one-piece
+    payload fetched without its list) against the root itself."""
+    digest = piece_hash(data)
+    return root_of(size, [digest]) == root if hashes is None else digest == hashes[index]
+
+
 def root_of(size: int, hashes: list[bytes]) -> bytes:
     """The content address of a payload of ``size`` bytes whose pieces hash to ``hashes``."""
     digest = hashlib.sha256(_DOMAIN)

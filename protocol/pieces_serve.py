@@ -275,10 +275,9 @@ class PiecesServer:
         relay_waits = self._relay_waits(key)
         got = pick_to_serve(choices, have, started, uploading=self.uploads_in_progress,
                             slots=self.config.upload_slots, relay_waits=relay_waits)
-        if isinstance(got, int) and key in self._own and started.get(got, 0) == 0:
-            own_rate = self.waitlist.upload_rate(PIECE_BYTES)
-            if not self.first_copies.may_send(fetcher, trio.current_time(), own_rate, self.rates):
-                return Decline.BUSY, False
+        if key in self._own and self.first_copies.keeps(got, started, fetcher, trio.current_time(),
+                                                        self.waitlist.upload_rate(PIECE_BYTES), self.rates):
+            return Decline.BUSY, False
         return got, not relay_waits
 
     async def _wait_for_slot(self, key: tuple[int, bytes], choices: tuple[int, ...], have: set[int],

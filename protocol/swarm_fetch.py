@@ -32,7 +32,7 @@ from .errors import (
 )
 from .host import P2PHost
 from .partials import PartialPayload, PartialPayloads
-from .pieces import piece_count, piece_hash, piece_span, root_of
+from .pieces import piece_count, piece_matches, piece_span
 from .pieces_wire import (
     HAVE_HEADER,
     PIECE_HEADER,
@@ -388,12 +388,8 @@ class _Fetch:
             raise Lost()
         self.stats.downloaded += len(data)
         self.stats.by_holder[peer] = self.stats.by_holder.get(peer, 0) + len(data)
-        digest = piece_hash(data)
-        if self._by_root:
-            ok = root_of(self.size, [digest]) == self.request.root
-        else:
-            ok = digest == part.hashes[index]
-        if not ok:
+        hashes = None if self._by_root else part.hashes
+        if not piece_matches(data, index, hashes, self.size, self.request.root):
             raise HashMismatchError(f"piece {index} does not match its hash", peer)
         part.put(index, data)
         rate = sched.piece_done(req.id, trio.current_time())

@@ -23,6 +23,9 @@ against our upload rate, not against the fastest peer we know.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
+
+from .swarm_schedule import Decline
 
 
 class PeerRates:
@@ -67,6 +70,13 @@ class FirstCopies:
         self._asked[fetcher] = now
         while len(self._asked) > self._max_tracked:
             self._asked.popitem(last=False)
+
+    def keeps(self, piece: int | Decline, started: Mapping[int, int], fetcher: str, now: float,
+              own_rate: float, rates: PeerRates) -> bool:
+        """Whether ``piece``, the holder's pick for ``fetcher`` of our own payload (``pick_to_serve``'s
+        answer, a piece or a refusal), is a first copy the rule keeps for a faster fetcher."""
+        return (isinstance(piece, int) and started.get(piece, 0) == 0
+                and not self.may_send(fetcher, now, own_rate, rates))
 
     def may_send(self, fetcher: str, now: float, own_rate: float, rates: PeerRates) -> bool:
         """Whether a first copy of our payload may go to ``fetcher`` now. ``own_rate``: our upload rate as

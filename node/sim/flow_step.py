@@ -15,7 +15,6 @@ out: TCP dynamics, the agreement's own messages (the caller adds a calibrated co
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import itertools
 import math
@@ -99,29 +98,6 @@ class ExchangeResult:
     def amplification(self) -> float:
         need = sum(self.wanted_bytes)
         return sum(self.downloaded) / need if need else 1.0
-
-
-def full_mesh(n: int) -> tuple[frozenset[int], ...]:
-    return tuple(frozenset(j for j in range(n) if j != i) for i in range(n))
-
-
-def random_graph(n: int, degree: int, seed: int) -> tuple[frozenset[int], ...]:
-    """Every peer connected to about ``degree`` others, as a capped peer exchange ends up (symmetric)."""
-    if degree >= n - 1:
-        return full_mesh(n)
-    links: list[set[int]] = [set() for _ in range(n)]
-    for i in range(n):  # a ring first, so the graph is connected
-        links[i].add((i + 1) % n)
-        links[(i + 1) % n].add(i)
-    for i in range(n):
-        candidates = sorted(range(n), key=lambda j: hashlib.sha256(f"{seed}:{i}:{j}".encode()).digest())
-        for j in candidates:
-            if len(links[i]) >= degree:
-                break
-            if j != i and len(links[j]) < degree:
-                links[i].add(j)
-                links[j].add(i)
-    return tuple(frozenset(s) for s in links)
 
 
 class _Exchange:
@@ -263,10 +239,10 @@ class _Exchange:
                                                             piece_count(self.spec.payload_bytes))
         got = pick_to_serve(candidates, self.have[holder].get(author, set()), started,
                             uploading=self.uploading[holder], slots=self.spec.upload_slots, relay_waits=waits)
-        if isinstance(got, int) and author == holder and started.get(got, 0) == 0:
-            own_rate = self.waitlists[holder].upload_rate(PIECE_BYTES)
-            if not self.first[holder].may_send(str(fetcher), self.net.now, own_rate, self.rates[holder]):
-                return Decline.BUSY, True
+        if author == holder and self.first[holder].keeps(got, started, str(fetcher), self.net.now,
+                                                         self.waitlists[holder].upload_rate(PIECE_BYTES),
+                                                         self.rates[holder]):
+            return Decline.BUSY, True
         return got, waits
 
     def _held_too_long(self, holder: int, key: tuple[int, int, int]) -> None:

@@ -72,7 +72,8 @@ def test_bad_input_is_a_typed_error(bad: object) -> None:
 
 
 def test_exchange_of_four_equal_peers_is_near_the_bound_and_downloads_each_byte_once() -> None:
-    from distro_node.node.sim.flow_step import ExchangeSpec, full_mesh, simulate_exchange, swarm_bound
+    from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange, swarm_bound
+    from distro_node.node.sim.flow_topology import full_mesh
 
     lines = (Line.mbit(100, 10),) * 4
     spec = ExchangeSpec(lines=lines, payload_bytes=600_000, wants=full_mesh(4), neighbours=full_mesh(4))
@@ -100,7 +101,8 @@ def test_a_slow_origin_sends_its_own_first_copies_before_relaying() -> None:
     """Mixed lines (one gigabit, home, 2 Mbit/s peers), three authors chosen: a 2 Mbit/s author also holds
     pieces of the others' payloads, and relaying them had kept its own first copies waiting (7.98 s, 1.38x
     the bound, without ``relay_waits``; 6.52 s, 1.12x, with it). The model is deterministic."""
-    from distro_node.node.sim.flow_step import ExchangeSpec, full_mesh, simulate_exchange, swarm_bound
+    from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange, swarm_bound
+    from distro_node.node.sim.flow_topology import full_mesh
 
     gigabit, home, slow = Line.mbit(1000, 1000), Line.mbit(100, 10), Line.mbit(20, 2)
     lines = (gigabit, slow, home, home, home, slow, home, home)

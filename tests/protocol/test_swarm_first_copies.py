@@ -8,7 +8,8 @@ import os
 import pytest
 import trio
 from distro_node.node.sim.flow_net import Line
-from distro_node.node.sim.flow_step import ExchangeSpec, full_mesh, simulate_exchange
+from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange
+from distro_node.node.sim.flow_topology import full_mesh
 from distro_node.node.testbed.netns import profile_links
 from distro_node.protocol.pieces_wire import PiecesConfig, Status
 from distro_node.protocol.swarm_first_copies import FirstCopies, PeerRates
