@@ -322,7 +322,7 @@ class _Fetch:
         # set the previous event and then waited out the whole poll (up to ``have_wait``).
         lane.work = trio.Event()
         sched = self.sched
-        holding = set() if sched is None else sched.spoken_for()
+        holding = set() if sched is None else sched.no_news_from(peer)
         await stream.write(Message.have(self.count, holding).encode())
 
         async def send_assigned() -> None:

@@ -266,6 +266,17 @@ class PieceScheduler:
         """The pieces we hold or have asked for: news that a holder has one of these changes nothing."""
         return self.have | self._reserved()
 
+    def no_news_from(self, holder: str) -> set[int]:
+        """What a HAVE poll to ``holder`` carries: pieces whose arrival there would tell us nothing (we hold
+        them, one is on its way, or it told us it has them). Not the candidates of a request still
+        unanswered (unlike :meth:`spoken_for`): its reply names one and frees the rest, and a poll that
+        counted them silenced the holder for the whole ``have_wait``. With fewer pieces than a request
+        names, that was every poll sent while the origin was asked: on loopback the fetchers then took
+        every piece from the origin."""
+        h = self.holders.get(holder)
+        named = {r.piece for r in self._requests.values() if r.piece is not None}
+        return self.have | named | (h.pieces if h is not None else set())
+
     def offers(self, holder: str, spoken_for: set[int] | None = None) -> bool:
         """Whether ``holder`` (as last reported) has a piece we miss that no request in flight reserves:
         a fetcher can ask it without news of more pieces there. ``spoken_for``: :meth:`spoken_for`, when

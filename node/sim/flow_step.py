@@ -325,8 +325,7 @@ class _Exchange:
         for other in self.fetchers[author]:
             if other != fetcher and fetcher in self.spec.neighbours[other] and (other, author) in self.sched:
                 theirs = self.sched[(other, author)]
-                spoken = theirs.spoken_for()
-                if piece in spoken or theirs.offers(str(fetcher), spoken):
+                if piece in theirs.no_news_from(str(fetcher)) or theirs.offers(str(fetcher)):
                     self.unheard.setdefault((other, author), set()).add(fetcher)
                 else:  # its poll there is answered now
                     news = partial(self._news, other, author, fetcher, frozenset(self.have[fetcher][author]))
@@ -348,7 +347,7 @@ class _Exchange:
 
     def _poll_unheard(self, fetcher: int, author: int) -> None:
         """Holders this fetch stopped polling while it could ask them: polled again once it cannot, and
-        answered at once (a round trip) when they hold something it neither holds nor asked for."""
+        answered at once (a round trip) when they hold news for it (``no_news_from``: the daemon's poll)."""
         unheard = self.unheard.get((fetcher, author))
         if not unheard:
             return
@@ -356,7 +355,7 @@ class _Exchange:
         mine = sched.spoken_for()
         for holder in [h for h in unheard if not sched.offers(str(h), mine)]:
             theirs = frozenset(self.have[holder].get(author, set()))
-            if not theirs <= mine:
+            if not theirs <= sched.no_news_from(str(holder)):
                 unheard.discard(holder)
                 news = partial(self._news, fetcher, author, holder, theirs)
                 self.at(self.net.now + 2 * self.spec.latency, news)

@@ -25,9 +25,12 @@ from distro_node.protocol.pieces_wire import (
     read_message,
 )
 from distro_node.protocol.store import PayloadStore
-from distro_node.protocol.testing import WAIT
+from distro_node.protocol.swarm_fetch import fetch_swarm
+from distro_node.protocol.swarm_request import SwarmRequest
+from distro_node.protocol.swarm_schedule import ScheduleConfig
+from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
 from distro_node.protocol.wire import BufferedReader
-from pieces_support import RUN, SIZE, exactly, fetch, open_session, put_pieces, swarm
+from pieces_support import RUN, SIZE, exactly, fetch, open_session, put_pieces, server_of, swarm
 
 COUNT = piece_count(SIZE)
 LONG_POLL = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=WAIT)  # only news ends a poll
@@ -162,3 +165,73 @@ def test_a_fetcher_polls_a_holder_only_when_it_has_nothing_to_ask_there() -> Non
 
     trio.run(body)
 
+
+
+class _Gated(PiecesServer):
+    """An origin that holds every piece request until the test opens ``gate``."""
+
+    async def _piece(self, stream: Any, key: tuple[int, bytes], choices: tuple[int, ...]) -> bool:
+        self.asked.set()
+        await self.gate.wait()
+        return await super()._piece(stream, key, choices)
+
+    asked: trio.Event
+    gate: trio.Event
+
+
+class _RecordsAnswers(PiecesServer):
+    """A relay that keeps each have-map it answered a poll with."""
+
+    answers: list[set[int]]
+    news: trio.Event
+
+    async def _have(self, *args: Any) -> Any:
+        status, body = await super()._have(*args)
+        if status is Status.OK:
+            self.answers.append(decode_bitfield(COUNT, body[HAVE_HEADER.size:]))
+            self.news.set()
+        return status, body
+
+
+@pytest.mark.network
+def test_a_poll_sent_while_the_origin_is_asked_hears_of_the_pieces_asked_there() -> None:
+    """A request names up to 16 candidates and its reply one of them. A poll that counted the candidates as
+    spoken for was never answered while the request was out: with fewer pieces than that, a fetcher's
+    poll to another fetcher stayed silent for the whole ``have_wait`` and every copy came from the origin."""
+    config = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=WAIT,
+                          schedule=ScheduleConfig(overdue_floor=WAIT))  # only news ends a poll
+
+    async def body() -> None:
+        async with start_hosts(3) as (origin_host, relay_host, me):
+            origin = server_of(_Gated, origin_host, config)
+            relay = server_of(_RecordsAnswers, relay_host, config)
+            mine = server_of(PiecesServer, me, config)
+            origin.asked, origin.gate = trio.Event(), trio.Event()
+            relay.answers, relay.news = [], trio.Event()
+            for s in (origin, relay, mine):
+                s.install()
+            data = os.urandom(SIZE)
+            root = origin.store.put(1, data)
+            put_pieces(relay, 1, root, data, [])
+            got: list[bytes] = []
+
+            async def fetcher() -> None:
+                got.append(await fetch_swarm(me, SwarmRequest(RUN, 1, root, SIZE), [relay_host.peer_id],
+                                             store=mine.store, partials=mine.partials,
+                                             complete=[origin_host.peer_id], config=config))
+
+            with trio.fail_after(WAIT):
+                await connect_all_to([origin_host, relay_host, me], me)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(fetcher)
+                    await origin.asked.wait()  # every missing piece is a candidate there from now on
+                    for piece in (3, 5):  # the first may answer a poll sent before that request
+                        relay.news = trio.Event()
+                        put_pieces(relay, 1, root, data, [piece])
+                        with trio.fail_after(WAIT / 3):
+                            await relay.news.wait()
+                        assert piece in relay.answers[-1]
+                    origin.gate.set()
+            assert got == [data]
+
+    trio.run(body)

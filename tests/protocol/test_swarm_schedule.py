@@ -74,6 +74,19 @@ def test_lying_holder_is_dropped_and_its_pieces_reoffered() -> None:
     assert s.next_requests(5.0) == []  # the liar is never asked again
 
 
+def test_a_poll_leaves_out_the_candidates_of_an_unanswered_request() -> None:
+    s = PieceScheduler(SIZE, have=[0], config=ScheduleConfig(max_in_flight=1, choices=16))
+    s.holder_has("origin", ALL)
+    (req,) = s.next_requests(0.0)
+    assert set(req.candidates) == set(range(1, 12))  # all it lacks: the whole rest is spoken for
+    s.holder_has("relay", {4})
+    assert s.spoken_for() == set(range(12))
+    assert s.no_news_from("relay") == {0, 4}  # held, and what it said it has; not the candidates
+    assert s.piece_started(req.id, 7, 0.1)
+    assert s.no_news_from("relay") == {0, 4, 7}  # the piece on its way is no news
+    assert s.no_news_from("unknown") == {0, 7}
+
+
 def test_busy_holder_rests_then_gets_asked_again() -> None:
     s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, backoff=0.5))
     s.holder_has("a", ALL)
