@@ -266,16 +266,21 @@ class PieceScheduler:
         """The pieces we hold or have asked for: news that a holder has one of these changes nothing."""
         return self.have | self._reserved()
 
-    def no_news_from(self, holder: str) -> set[int]:
+    def held_or_coming(self) -> set[int]:
+        """The pieces we hold or whose holder named them in a reply (on their way)."""
+        return self.have | {r.piece for r in self._requests.values() if r.piece is not None}
+
+    def no_news_from(self, holder: str, held_or_coming: set[int] | None = None) -> set[int]:
         """What a HAVE poll to ``holder`` carries: pieces whose arrival there would tell us nothing (we hold
         them, one is on its way, or it told us it has them). Not the candidates of a request still
         unanswered (unlike :meth:`spoken_for`): its reply names one and frees the rest, and a poll that
         counted them silenced the holder for the whole ``have_wait``. With fewer pieces than a request
         names, that was every poll sent while the origin was asked: on loopback the fetchers then took
-        every piece from the origin."""
+        every piece from the origin. ``held_or_coming``: :meth:`held_or_coming`, when the caller asks about
+        many holders at once."""
         h = self.holders.get(holder)
-        named = {r.piece for r in self._requests.values() if r.piece is not None}
-        return self.have | named | (h.pieces if h is not None else set())
+        base = self.held_or_coming() if held_or_coming is None else held_or_coming
+        return base | h.pieces if h is not None else set(base)
 
     def offers(self, holder: str, spoken_for: set[int] | None = None) -> bool:
         """Whether ``holder`` (as last reported) has a piece we miss that no request in flight reserves:

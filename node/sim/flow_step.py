@@ -352,10 +352,10 @@ class _Exchange:
         if not unheard:
             return
         sched = self.sched[(fetcher, author)]
-        mine = sched.spoken_for()
+        mine, coming = sched.spoken_for(), sched.held_or_coming()
         for holder in [h for h in unheard if not sched.offers(str(h), mine)]:
             theirs = frozenset(self.have[holder].get(author, set()))
-            if not theirs <= sched.no_news_from(str(holder)):
+            if not theirs <= sched.no_news_from(str(holder), coming):
                 unheard.discard(holder)
                 news = partial(self._news, fetcher, author, holder, theirs)
                 self.at(self.net.now + 2 * self.spec.latency, news)
