@@ -63,10 +63,11 @@ async def swarm(count: int, kind: type[S] = PiecesServer,  # type: ignore[assign
 
 
 async def fetch(host: P2PHost, server: PiecesServer, step: int, root: bytes, size: int | None,
-                holders: list[P2PHost], complete: list[P2PHost], stats: FetchStats | None = None) -> bytes:
+                holders: list[P2PHost], complete: list[P2PHost], stats: FetchStats | None = None,
+                config: PiecesConfig = CFG) -> bytes:
     return await fetch_swarm(host, SwarmRequest(RUN, step, root, size), [h.peer_id for h in holders],
                              store=server.store, partials=server.partials,
-                             complete=[h.peer_id for h in complete], config=CFG, stats=stats)
+                             complete=[h.peer_id for h in complete], config=config, stats=stats)
 
 
 async def exactly(stream: INetStream, n: int) -> bytes:

@@ -21,6 +21,7 @@ from distro_node.protocol.pieces_serve import PiecesServer
 from distro_node.protocol.pieces_wire import (
     PIECE_HEADER,
     PIECES_PROTOCOL,
+    U16,
     Kind,
     Message,
     PiecesConfig,
@@ -140,10 +141,14 @@ def test_corrupt_piece_is_rejected_and_its_holder_dropped() -> None:
 
 class _CutsPolls(PiecesServer):
     """A partial holder whose connection fails whenever a piece request arrives during a HAVE poll: the
-    fetcher sent that request, and must ask someone else for its pieces."""
+    fetcher sent that request, and must ask someone else for its pieces. ``waiting`` is set by a poll that
+    has nothing new to tell, which this holder then answers only when the fetcher's next message comes."""
 
     async def _have(self, key: tuple[int, bytes], message: Message, next_message: Callable[[], bool]
                     ) -> tuple[Status, bytes]:
+        held = self._held(*key)
+        if held is not None and all(message.holds(i) for i in held[1]):
+            self.waiting.set()
         got = await super()._have(key, message, next_message)
         if next_message():
             self.cut += 1
@@ -151,46 +156,68 @@ class _CutsPolls(PiecesServer):
         return got
 
     cut = 0
+    waiting: trio.Event
 
 
-class _Slow(PiecesServer):
-    """Takes 50 ms before each piece, so the fetcher asks the partial holder too."""
+class _RefusesAtGate(PiecesServer):
+    """An author that holds its first piece request until the test opens ``gate`` and then refuses it as
+    BUSY, so the request's candidates are freed while the author rests: they go to the other holder."""
 
     async def _piece(self, stream: INetStream, key: tuple[int, bytes], choices: tuple[int, ...]) -> bool:
-        await trio.sleep(0.05)
-        return await super()._piece(stream, key, choices)
+        if self.refused:
+            return await super()._piece(stream, key, choices)
+        self.refused = True
+        await self.gate.wait()
+        await stream.write(bytes([Status.BUSY]) + U16.pack(_REST_MS))
+        return True
+
+    refused = False
+    gate: trio.Event
 
 
-_ATTEMPTS = 5
+_REST_MS = 200
 
 
 @pytest.mark.network
 def test_a_request_sent_during_a_failed_poll_is_asked_again_elsewhere() -> None:
     """The request that went out during the poll was held in a local only; when the poll's reply failed it
-    stayed in flight in the schedule, its piece reserved for good, and the fetch stalled one piece short."""
+    stayed in flight in the schedule, its pieces reserved for good, and the fetch stalled short of them.
 
-    size = 40 * PIECE_BYTES + 5  # more pieces than a request names, so the partial holder is asked too
+    The case made to happen, not waited for: the author holds its first request (16 candidates) while the
+    partial holder, which holds every piece but the last, serves the rest; the fetcher then polls the
+    partial holder, having nothing left to ask it. Once that poll waits, the author refuses its request, and
+    the freed candidates can only go to the polled holder (the author rests), so a request goes out during
+    the poll. The fetcher's overdue floor is the test's bound, so the held request is never cancelled."""
+
+    size = 40 * PIECE_BYTES + 5  # more pieces than a request names
 
     async def body() -> None:
         async with start_hosts(3) as (author, partial, me):
-            cutter, source = server_of(_CutsPolls, partial), server_of(_Slow, author)
+            polls = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=WAIT / 2)
+            patient = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=CFG.have_wait,
+                                   schedule=ScheduleConfig(overdue_floor=WAIT))
+            cutter = server_of(_CutsPolls, partial, polls)
+            source = server_of(_RefusesAtGate, author)
+            cutter.waiting, source.gate = trio.Event(), trio.Event()
             mine = server_of(PiecesServer, me)
             for srv in (cutter, source, mine):
                 srv.install()
+            data = os.urandom(size)
+            root = source.store.put(4, data)
+            put_pieces(cutter, 4, root, data, range(piece_count(size) - 1))
             with trio.fail_after(WAIT):
                 await connect_all_to([author, partial, me], me)
-            # A fetcher polls a holder only while all it could ask there is spoken for, so a request goes
-            # out during a poll only when a reply frees candidates at that moment: a race, which a busy
-            # machine can miss. Fetches of fresh payloads until it happened, each one complete.
-            for step in range(4, 4 + _ATTEMPTS):
-                data = os.urandom(size)
-                root = source.store.put(step, data)
-                put_pieces(cutter, step, root, data, range(0, piece_count(size), 2))  # every other piece
-                with trio.fail_after(WAIT):
-                    got = await fetch(me, mine, step, root, size, [partial], [author])
-                assert got == data
-                if cutter.cut:
-                    break
+            got: list[bytes] = []
+
+            async def fetch_it() -> None:
+                got.append(await fetch(me, mine, 4, root, size, [partial], [author], config=patient))
+
+            with trio.fail_after(WAIT):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(fetch_it)
+                    await cutter.waiting.wait()
+                    source.gate.set()
+            assert got == [data]
             assert cutter.cut >= 1  # the case happened
 
     trio.run(body)

@@ -3,6 +3,7 @@ what it should, with real TCP between namespaces. Needs root, ip, tc and nft (sk
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 
@@ -24,9 +25,11 @@ print("ready", flush=True)
 conn, peer = s.accept(); print(f"{peer[0]} {peer[1]}", flush=True)
 """
 CONNECT = """
-import socket, sys
+import socket, sys, time
 s = socket.socket(); s.settimeout(float(sys.argv[4]) if len(sys.argv) > 4 else 2.0)
 if len(sys.argv) > 3: s.bind(("0.0.0.0", int(sys.argv[3])))
+time.sleep(float(sys.argv[5]) if len(sys.argv) > 5 else 0.0)
+print("dialing", file=sys.stderr, flush=True)
 try:
     s.connect((sys.argv[1], int(sys.argv[2]))); print("ok")
 except ConnectionRefusedError: print("refused")
@@ -68,21 +71,36 @@ def test_outbound_is_masqueraded_and_random_kind_remaps_the_port(
         assert (int(port) == LOCAL_PORT) == (kind == "drop")
 
 
+# How long after the first the second peer dials: DCUtR's two dials land a round-trip estimate's error
+# apart, not at the same instant. Longer than the first SYN takes to meet the other router (under a
+# millisecond here), shorter than its retransmission (1 s), so each kind meets one outcome every run.
+DIAL_OFFSET_S = 0.5
+
+
 @pytest.mark.parametrize(("kind", "punched"), [("drop", True), ("reset", False), ("random", False)])
 def test_simultaneous_open_punches_through_a_dropping_nat_only(kind: str, punched: bool) -> None:
     """What DCUtR relies on: two peers behind NATs dial each other's public address from the port the
-    other dials, at the same moment. A dropping NAT lets the other's SYN in once its own went out (the SYN
-    is retransmitted after 1 s); a resetting one kills the attempt; a random-port one maps to other ports."""
+    other dials, one shortly after the other. A dropping NAT drops the first SYN but lets the other's in once
+    its own went out (the first is then answered as a simultaneous open); a resetting one refuses the first
+    SYN, which kills that attempt; a random-port one maps to other ports. (With two dials within a
+    millisecond even a resetting NAT lets both through: that happened now and then before the offset.)"""
     with Network([HOME, HOME, HOME], nats={1: Nat(kind), 2: Nat(kind)}) as net:
         argv = [[*net.exec_prefix(i), sys.executable, "-c", CONNECT, net.address(j), str(LOCAL_PORT),
-                 str(LOCAL_PORT), "6"] for i, j in ((1, 2), (2, 1))]
-        both = [subprocess.Popen(a, stdout=subprocess.PIPE, text=True) for a in argv]
+                 str(LOCAL_PORT), "6", str(delay)] for i, j, delay in ((1, 2, 0.0), (2, 1, DIAL_OFFSET_S))]
+        both: list[subprocess.Popen[str]] = []
         try:
+            first = subprocess.Popen(argv[0], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            both.append(first)
+            assert first.stderr is not None
+            ready, _, _ = select.select([first.stderr], [], [], 30)
+            assert ready and first.stderr.readline().strip() == "dialing", "the first dialer did not start"
+            both.append(subprocess.Popen(argv[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             results = [p.communicate(timeout=30)[0].strip() for p in both]
         finally:
             for p in both:
                 if p.poll() is None:
                     p.kill()
+                p.wait(timeout=10)
         assert (results == ["ok", "ok"]) == punched, results
 
 
