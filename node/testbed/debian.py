@@ -4,17 +4,24 @@ metrics tests, nftables for the NAT routers of the namespace testbed.
 Why the tests install them instead of skipping: CI runs on a fresh machine as root with Debian's registry
 reachable, and a test that skips there proves nothing. The install runs at most once per package and
 process, only as root with apt-get present; every failure is returned as the reason, for a skip, so the
-suite still runs on a developer laptop.
+suite still runs on a developer laptop. Installs are serialised over processes by a lock file (the suite's
+workers collect the same modules at once, and a second apt-get would fail on dpkg's lock).
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import shutil
 import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 APT_TIMEOUT_S = 600.0
+_LOCK = Path(tempfile.gettempdir()) / "distro-node-apt.lock"
+_LOCK_POLL_S = 0.5
 
 
 def install_missing(tools: tuple[str, ...], package: str) -> str | None:
@@ -31,6 +38,22 @@ def _install(tools: tuple[str, ...], package: str) -> str | None:
         return f"{'/'.join(tools)} not found and not running as root: {hint}"
     if not shutil.which("apt-get"):
         return f"{'/'.join(tools)} not found and apt-get is not available: {hint}"
+    with _LOCK.open("a") as lock:
+        deadline = time.monotonic() + 2 * APT_TIMEOUT_S
+        while True:  # bounded by the deadline: another process's install takes at most 2 apt-get runs
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return f"another process held {_LOCK} for {2 * APT_TIMEOUT_S:.0f} s: {hint}"
+                time.sleep(_LOCK_POLL_S)
+        if all(shutil.which(t) for t in tools):
+            return None  # installed by the process that held the lock
+        return _apt_install(tools, package)
+
+
+def _apt_install(tools: tuple[str, ...], package: str) -> str | None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", package]):
         try:
