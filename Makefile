@@ -18,15 +18,16 @@ demo: $(STAMP)
 # Two pytest workers (pytest-xdist), each taking the next test when it is free: most tests wait on daemons,
 # sockets or timeouts, so one process left a core idle and the suite took 22 min here; with two, 13 min.
 PYTEST_WORKERS ?= 2
+PYTEST := $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist worksteal
+	$(PYTEST)
 
 # The tests that need no network, no root and no long runs: the quick loop while editing.
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not network and not slow and not root"
+	$(PYTEST) -m "not network and not slow and not root"
 
 # Files, strictness per package and the .typecheck/ link tree are set in pyproject.toml's [tool.mypy].
 typecheck: $(STAMP)

@@ -39,14 +39,15 @@ def _install(tools: tuple[str, ...], package: str) -> str | None:
     if not shutil.which("apt-get"):
         return f"{'/'.join(tools)} not found and apt-get is not available: {hint}"
     with _LOCK.open("a") as lock:
-        deadline = time.monotonic() + 2 * APT_TIMEOUT_S
-        while True:  # bounded by the deadline: another process's install takes at most 2 apt-get runs
+        wait_s = 2 * APT_TIMEOUT_S  # another process's install: at most two apt-get runs
+        deadline = time.monotonic() + wait_s
+        while True:  # bounded by the deadline
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    return f"another process held {_LOCK} for {2 * APT_TIMEOUT_S:.0f} s: {hint}"
+                    return f"another process held {_LOCK} for {wait_s:.0f} s: {hint}"
                 time.sleep(_LOCK_POLL_S)
         if all(shutil.which(t) for t in tools):
             return None  # installed by the process that held the lock

@@ -24,12 +24,17 @@ from distro_node.protocol.pieces_wire import (
 from distro_node.protocol.store import PayloadStore
 from distro_node.protocol.swarm_fetch import fetch_swarm
 from distro_node.protocol.swarm_request import FetchStats, SwarmRequest
+from distro_node.protocol.swarm_schedule import ScheduleConfig
 from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
 from libp2p.abc import INetStream
 
 RUN = bytes.fromhex("ab" * 32)
 SIZE = 10 * PIECE_BYTES + 123
 CFG = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=0.5)
+# For tests that hold a request or a poll open until they choose: only news or the fetcher's next message
+# ends a poll, and a request held at a gate is never cancelled as overdue within the test's bound.
+PATIENT = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=WAIT,
+                       schedule=ScheduleConfig(overdue_floor=WAIT))
 
 
 S = TypeVar("S", bound=PiecesServer)

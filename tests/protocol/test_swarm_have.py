@@ -25,12 +25,9 @@ from distro_node.protocol.pieces_wire import (
     read_message,
 )
 from distro_node.protocol.store import PayloadStore
-from distro_node.protocol.swarm_fetch import fetch_swarm
-from distro_node.protocol.swarm_request import SwarmRequest
-from distro_node.protocol.swarm_schedule import ScheduleConfig
 from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
 from distro_node.protocol.wire import BufferedReader
-from pieces_support import RUN, SIZE, exactly, fetch, open_session, put_pieces, server_of, swarm
+from pieces_support import PATIENT, RUN, SIZE, exactly, fetch, open_session, put_pieces, server_of, swarm
 
 COUNT = piece_count(SIZE)
 LONG_POLL = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=WAIT)  # only news ends a poll
@@ -198,14 +195,12 @@ def test_a_poll_sent_while_the_origin_is_asked_hears_of_the_pieces_asked_there()
     """A request names up to 16 candidates and its reply one of them. A poll that counted the candidates as
     spoken for was never answered while the request was out: with fewer pieces than that, a fetcher's
     poll to another fetcher stayed silent for the whole ``have_wait`` and every copy came from the origin."""
-    config = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=WAIT,
-                          schedule=ScheduleConfig(overdue_floor=WAIT))  # only news ends a poll
 
     async def body() -> None:
         async with start_hosts(3) as (origin_host, relay_host, me):
-            origin = server_of(_Gated, origin_host, config)
-            relay = server_of(_RecordsAnswers, relay_host, config)
-            mine = server_of(PiecesServer, me, config)
+            origin = server_of(_Gated, origin_host, PATIENT)
+            relay = server_of(_RecordsAnswers, relay_host, PATIENT)
+            mine = server_of(PiecesServer, me, PATIENT)
             origin.asked, origin.gate = trio.Event(), trio.Event()
             relay.answers, relay.news = [], trio.Event()
             for s in (origin, relay, mine):
@@ -216,9 +211,7 @@ def test_a_poll_sent_while_the_origin_is_asked_hears_of_the_pieces_asked_there()
             got: list[bytes] = []
 
             async def fetcher() -> None:
-                got.append(await fetch_swarm(me, SwarmRequest(RUN, 1, root, SIZE), [relay_host.peer_id],
-                                             store=mine.store, partials=mine.partials,
-                                             complete=[origin_host.peer_id], config=config))
+                got.append(await fetch(me, mine, 1, root, SIZE, [relay_host], [origin_host], config=PATIENT))
 
             with trio.fail_after(WAIT):
                 await connect_all_to([origin_host, relay_host, me], me)

@@ -37,6 +37,7 @@ from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
 from libp2p.abc import INetStream
 from pieces_support import (
     CFG,
+    PATIENT,
     RUN,
     SIZE,
     ask_piece,
@@ -193,10 +194,7 @@ def test_a_request_sent_during_a_failed_poll_is_asked_again_elsewhere() -> None:
 
     async def body() -> None:
         async with start_hosts(3) as (author, partial, me):
-            polls = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=WAIT / 2)
-            patient = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=CFG.have_wait,
-                                   schedule=ScheduleConfig(overdue_floor=WAIT))
-            cutter = server_of(_CutsPolls, partial, polls)
+            cutter = server_of(_CutsPolls, partial, PATIENT)
             source = server_of(_RefusesAtGate, author)
             cutter.waiting, source.gate = trio.Event(), trio.Event()
             mine = server_of(PiecesServer, me)
@@ -210,7 +208,7 @@ def test_a_request_sent_during_a_failed_poll_is_asked_again_elsewhere() -> None:
             got: list[bytes] = []
 
             async def fetch_it() -> None:
-                got.append(await fetch(me, mine, 4, root, size, [partial], [author], config=patient))
+                got.append(await fetch(me, mine, 4, root, size, [partial], [author], config=PATIENT))
 
             with trio.fail_after(WAIT):
                 async with trio.open_nursery() as nursery:
