@@ -2,7 +2,7 @@
 
 A peer serves a piece the moment it has verified it, so the pieces a slow origin sent once fan out from the
 fetchers that got them. Which piece to send, when a request offers several, is the holder's choice: the one
-it has started uploading least (protocol/swarm_schedule.py ``pick_to_serve``), which is what lets an origin
+it has started uploading least (protocol/swarm_pick.py ``pick_to_serve``), which is what lets an origin
 send each piece about once. Hostile requests cost little: the request is parsed field by field under a
 timeout, sessions and uploads are capped, an idle session is closed, and a stalled reader is reset. A
 request refused as BUSY is told when to come back (protocol/swarm_turns.py ``Waitlist``).
@@ -38,7 +38,7 @@ from .pieces_wire import (
     read_open,
 )
 from .swarm_first_copies import FirstCopies, PeerRates
-from .swarm_schedule import Decline, own_first_copies_left, pick_to_serve
+from .swarm_pick import Decline, own_first_copies_left, pick_to_serve
 from .swarm_turns import Waitlist
 from .transfer import ServedPayloads
 from .wire import BufferedReader, ShortReadError, reply_within, reset_quietly

@@ -176,9 +176,9 @@ class _Fetch:
                 lane.pending = req
                 lane.work.set()
             quiet = [(name, lane) for name, lane in self.lanes.items() if lane.quiet]
-            mine = sched.spoken_for() if quiet else set()
+            offering = sched.offering() if quiet else set()
             for name, lane in quiet:
-                if not sched.offers(name, mine):
+                if name not in offering:
                     lane.work.set()  # back to polling it for news
             if all(lane.over for lane in self.lanes.values()):
                 return  # nobody left to ask

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from .swarm_schedule import Decline
+from .swarm_pick import Decline
 
 
 class PeerRates:

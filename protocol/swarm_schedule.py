@@ -14,7 +14,7 @@ the decisions it gets back:
     sched.overdue(now)                                  # requests to cancel (and then report LOST)
 
 Rules, and why:
-- A request names up to ``choices`` candidate pieces and the *holder* picks one (:func:`pick_to_serve`:
+- A request names up to ``choices`` candidate pieces and the *holder* picks one (protocol/swarm_pick.py:
   the one it has uploaded least, and no repeat while its uplink is busy). The origin of a payload is the
   only holder at first and often the slowest uplink; letting it pick is what makes it send each piece about
   once while the fetchers trade the rest. A holder whose own payload still has pieces it never sent
@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -121,6 +122,16 @@ class PieceScheduler:
         self.received_bytes = 0  # every verified piece byte, a cancelled partial piece excluded
         self._tiebreak = {i: hashlib.sha256(order_key + i.to_bytes(4, "big")).digest()
                           for i in range(self.count)}
+        # Live holders per piece, kept as holders report and drop out: a decision reads only the holders of
+        # pieces it could ask for, and their count is the piece's rarity (scanning every holder and counting
+        # afresh per decision was most of a flow model's time).
+        self._holders_of: list[set[str]] = [set() for _ in range(self.count)]
+        # Bumped by every change to what we hold, ask for or know of holders: a caller that derived
+        # something from this state (the flow model's HAVE polls) knows when it must derive it again.
+        self.version = 0
+        # (version, time): at that version no request is overdue before that time. The daemon's fetch loop
+        # and the flow model ask at every event; most asks are long before any limit.
+        self._none_overdue: tuple[int, float] = (-1, 0.0)
 
     # --- state in -----------------------------------------------------------------------------------------
 
@@ -131,9 +142,15 @@ class PieceScheduler:
         h = self.holders.get(holder)
         if h is None:
             h = self.holders[holder] = _Holder(got, conn_class=conn_class, rate=rate)
+            new: set[int] = got
         else:
-            h.pieces |= got
+            new = got - h.pieces
+            h.pieces |= new
             h.conn_class = conn_class
+        if not h.dropped:
+            for i in new:
+                self._holders_of[i].add(holder)
+        self.version += 1
         if uploads is not None:
             h.uploads = max(0, uploads)
 
@@ -142,7 +159,11 @@ class PieceScheduler:
         h = self.holders.get(holder)
         if h is None:
             return []
+        if not h.dropped:
+            for i in h.pieces:
+                self._holders_of[i].discard(holder)
         h.dropped = True
+        self.version += 1
         ids = sorted(h.in_flight)
         for rid in ids:
             self._forget(rid)
@@ -157,16 +178,18 @@ class PieceScheduler:
         (protocol/swarm_turns.py ``HolderGate``). At most one request per holder per call, so the caller
         can take the gate for each request it gets."""
         out: list[Request] = []
-        # Cheap exits first: the fetch loop calls this every back-off, and most calls find every holder
-        # busy or resting, or nothing left to ask for (a flow model of 16 peers spent half its time here).
-        free_holders = [n for n, h in self.holders.items()
-                        if self._free(h, now) and (may_ask is None or may_ask(n))]
-        if not free_holders:
-            return out
+        # Cheap exits first: the fetch loop calls this every back-off, and most calls find nothing left to
+        # ask for, or every holder of what is left busy or resting (a flow model spent half its time here).
         askable = set(range(self.count)) - self.have - self._reserved()
         if not askable:
             return out
-        rarity = self._rarity()
+        holders, cap = self.holders, self.config.max_in_flight  # _free, inlined: the hottest line of a model
+        free_holders = [n for n in self._holders_of_any(askable)
+                        if (h := holders[n]).resting_until <= now and len(h.in_flight) < cap
+                        and (may_ask is None or may_ask(n))]
+        if not free_holders:
+            return out
+        rarity = [len(names) for names in self._holders_of]
         for name in self._ranked(free_holders):
             h = self.holders[name]
             while len(h.in_flight) < self.config.max_in_flight:
@@ -181,18 +204,25 @@ class PieceScheduler:
                 h.in_flight.add(rid)
                 askable.difference_update(picks)
                 out.append(Request(rid, name, picks))
+                self.version += 1
                 if may_ask is not None:
                     break
         return out
 
     def overdue(self, now: float) -> list[int]:
         """Requests whose holder is far slower than expected: cancel them, then report ``Failure.LOST``."""
-        late = []
+        version, until = self._none_overdue
+        if version == self.version and now < until:
+            return []
+        late, first = [], math.inf
         for rid, r in self._requests.items():
             expected = self._expected_seconds(self.holders[r.holder], 0)
             limit = max(self.config.overdue_floor, self.config.overdue_factor * expected)
             if now - r.sent_at > limit:
                 late.append(rid)
+            first = min(first, r.sent_at + limit)
+        if not late:  # none is overdue before the first limit unless the state changes (less a margin)
+            self._none_overdue = (self.version, first - 1e-9 * max(1.0, abs(first)))
         return late
 
     # --- events back ---------------------------------------------------------------------------------------
@@ -206,6 +236,7 @@ class PieceScheduler:
         if piece not in r.candidates:
             return False
         r.piece, r.started_at = piece, now
+        self.version += 1
         return True
 
     def piece_done(self, request_id: int, now: float) -> float | None:
@@ -282,14 +313,17 @@ class PieceScheduler:
         base = self.held_or_coming() if held_or_coming is None else held_or_coming
         return base | h.pieces if h is not None else set(base)
 
-    def offers(self, holder: str, spoken_for: set[int] | None = None) -> bool:
+    def offers(self, holder: str) -> bool:
         """Whether ``holder`` (as last reported) has a piece we miss that no request in flight reserves:
-        a fetcher can ask it without news of more pieces there. ``spoken_for``: :meth:`spoken_for`, when
-        the caller asks about many holders at once."""
+        a fetcher can ask it without news of more pieces there."""
         h = self.holders.get(holder)
         if h is None or h.dropped:
             return False
-        return not h.pieces <= (self.spoken_for() if spoken_for is None else spoken_for)
+        return not h.pieces <= self.spoken_for()
+
+    def offering(self) -> set[str]:
+        """The holders for which :meth:`offers` is True, for a caller asking about many at once."""
+        return self._holders_of_any(set(range(self.count)) - self.spoken_for())
 
     def in_flight_ids(self) -> set[int]:
         return set(self._requests)
@@ -337,14 +371,9 @@ class PieceScheduler:
             out.update(r.candidates if r.piece is None else (r.piece,))
         return out
 
-    def _rarity(self) -> list[int]:
-        """Live holders per piece, counted once per decision (not once per comparison)."""
-        counts = [0] * self.count
-        for h in self.holders.values():
-            if not h.dropped:
-                for i in h.pieces:
-                    counts[i] += 1
-        return counts
+    def _holders_of_any(self, pieces: Iterable[int]) -> set[str]:
+        """The live holders of any of ``pieces``."""
+        return set().union(*(self._holders_of[i] for i in pieces))
 
     def _expected_seconds(self, h: _Holder, extra: int) -> float:
         rate = h.rate if h.rate is not None else self.config.prior_rate
@@ -358,39 +387,4 @@ class PieceScheduler:
         r = self._requests.pop(request_id, None)
         if r is not None:
             self.holders[r.holder].in_flight.discard(request_id)
-
-
-class Decline(enum.Enum):
-    NOT_HELD = "not_held"  # holds none of the candidates
-    BUSY = "busy"  # every upload slot taken, or only repeats left while it is uploading anyway
-
-
-def own_first_copies_left(own_started: Mapping[int, int] | None, count: int) -> bool:
-    """Whether a holder's own payload, once somebody asked for it (``own_started`` is not None), still has
-    pieces it never began to upload: nobody else can hold those yet."""
-    return own_started is not None and sum(1 for n in own_started.values() if n > 0) < count
-
-
-def pick_to_serve(candidates: Iterable[int], have: Iterable[int], started: Mapping[int, int], *,
-                  uploading: int, slots: int, relay_waits: bool = False) -> int | Decline:
-    """The holder's side of a request: of the candidates it holds, the piece it has started uploading
-    least often (ties: the fetcher's order). A piece it already sent once is sent again only when its
-    uplink is otherwise idle: the fetchers that got the first copy serve it, and a slow origin's uplink
-    stays on pieces nobody has yet (the flow model in tests/protocol/test_swarm_schedule.py: a 2 Mbit/s
-    origin sent 1.7x its payload without this rule, 1.09x with it). A one-piece payload is the exception:
-    its fetchers ask its complete holders only (protocol/swarm_fetch.py), so repeats are all there is.
-
-    ``relay_waits``: the request is for another author's payload while :func:`own_first_copies_left` holds
-    for ours. Declined: only we can send those first copies, anyone holding the other's pieces can relay
-    them. Without this a 2 Mbit/s origin spent most of its uplink relaying (bench/flow.py, mixed, 16
-    peers, K = 8: its own pieces were all out after 14.4 s, 6.7 s with the rule; the bound is 6.1 s)."""
-    held = set(have)
-    options = [i for i in candidates if i in held]
-    if not options:
-        return Decline.NOT_HELD
-    if uploading >= slots or relay_waits:
-        return Decline.BUSY
-    best = min(options, key=lambda i: started.get(i, 0))
-    if uploading > 0 and started.get(best, 0) > 0 and len(held) > 1:
-        return Decline.BUSY
-    return best
+            self.version += 1

@@ -26,18 +26,12 @@ from typing import cast
 from distro_node.protocol.pieces import PIECE_BYTES, piece_count, piece_span
 from distro_node.protocol.pieces_wire import PiecesConfig
 from distro_node.protocol.swarm_first_copies import FirstCopies, PeerRates
-from distro_node.protocol.swarm_schedule import (
-    ALL,
-    Decline,
-    Failure,
-    PieceScheduler,
-    ScheduleConfig,
-    own_first_copies_left,
-    pick_to_serve,
-)
+from distro_node.protocol.swarm_pick import Decline, own_first_copies_left, pick_to_serve
+from distro_node.protocol.swarm_schedule import ALL, Failure, PieceScheduler, ScheduleConfig
 from distro_node.protocol.swarm_turns import GateUse, HolderGate, Waitlist
 
 from .flow_net import FlowModelError, FlowNetwork, Line, Transfer
+from .flow_unheard import UnheardHolders
 
 
 @dataclass(frozen=True)
@@ -120,7 +114,7 @@ class _Exchange:
         # Requests held at a holder for a free slot, in arrival order: (fetcher, author, rid) -> candidates.
         self.queued: list[dict[tuple[int, int, int], tuple[int, ...]]] = [{} for _ in range(n)]
         # Per fetch, holders whose news it has not polled for (it had something to ask them meanwhile).
-        self.unheard: dict[tuple[int, int], set[int]] = {}
+        self.unheard: dict[tuple[int, int], UnheardHolders] = {}
         self.refused = 0
         prior = PIECE_BYTES / spec.schedule.prior_rate
         self.waitlists = [Waitlist(spec.upload_slots, prior) for _ in range(n)]
@@ -130,6 +124,12 @@ class _Exchange:
         self.done_at = [math.inf if spec.wants[i] else 0.0 for i in range(n)]
         # Who wants a payload, to tell them when a neighbour gains a piece of it.
         self.fetchers: dict[int, list[int]] = {}
+        # Per peer, the peers that hold a connection to it (its news goes to these), in id order.
+        self.near: list[list[int]] = [[] for _ in range(n)]
+        self.names = [str(i) for i in range(n)]  # peers as the scheduler names holders
+        for other, theirs in enumerate(spec.neighbours):
+            for peer in theirs:
+                self.near[peer].append(other)
         for fetcher, wanted in enumerate(spec.wants):
             for author in wanted:
                 self.fetchers.setdefault(author, []).append(fetcher)
@@ -322,14 +322,20 @@ class _Exchange:
             self.first[holder].asked(str(fetcher), self.net.now)
         self._ungate(fetcher, author, rid)
         self.have[fetcher].setdefault(author, set()).add(piece)
-        for other in self.fetchers[author]:
-            if other != fetcher and fetcher in self.spec.neighbours[other] and (other, author) in self.sched:
-                theirs = self.sched[(other, author)]
-                if piece in theirs.no_news_from(str(fetcher)) or theirs.offers(str(fetcher)):
-                    self.unheard.setdefault((other, author), set()).add(fetcher)
+        for other in self.near[fetcher]:
+            theirs = self.sched.get((other, author))
+            if theirs is not None and other != fetcher:
+                unheard = self.unheard.get((other, author))
+                if unheard is None:
+                    unheard = self.unheard[(other, author)] = UnheardHolders(theirs.count)
+                untold = self.have[fetcher][author] - theirs.holders[self.names[fetcher]].pieces
+                if piece in theirs.no_news_from(self.names[fetcher]) or theirs.offers(self.names[fetcher]):
+                    unheard.add(fetcher, untold)
                 else:  # its poll there is answered now
                     news = partial(self._news, other, author, fetcher, frozenset(self.have[fetcher][author]))
                     self.at(self.net.now + self.spec.latency, news)
+                    if fetcher in unheard.holders:
+                        unheard.add(fetcher, untold)
         if sched.complete:
             self.missing[fetcher] -= 1
             if self.missing[fetcher] == 0:
@@ -343,22 +349,26 @@ class _Exchange:
         if sched.complete:
             return
         sched.holder_has(str(holder), have, uploads=self.uploading[holder])
+        unheard = self.unheard.get((fetcher, author))
+        if unheard is not None:
+            unheard.told(holder, have)
         self._ask(fetcher, author)
 
     def _poll_unheard(self, fetcher: int, author: int) -> None:
         """Holders this fetch stopped polling while it could ask them: polled again once it cannot, and
         answered at once (a round trip) when they hold news for it (``no_news_from``: the daemon's poll)."""
         unheard = self.unheard.get((fetcher, author))
-        if not unheard:
+        if unheard is None:
             return
         sched = self.sched[(fetcher, author)]
-        mine, coming = sched.spoken_for(), sched.held_or_coming()
-        for holder in [h for h in unheard if not sched.offers(str(h), mine)]:
-            theirs = frozenset(self.have[holder].get(author, set()))
-            if not theirs <= sched.no_news_from(str(holder), coming):
-                unheard.discard(holder)
-                news = partial(self._news, fetcher, author, holder, theirs)
-                self.at(self.net.now + 2 * self.spec.latency, news)
+        answering = unheard.with_news(sched.held_or_coming())
+        if not answering:
+            return
+        offering, names = sched.offering(), self.names
+        for holder in [h for h in unheard.holders if h in answering and names[h] not in offering]:
+            unheard.polled(holder)
+            news = partial(self._news, fetcher, author, holder, frozenset(self.have[holder][author]))
+            self.at(self.net.now + 2 * self.spec.latency, news)
 
 
 def simulate_exchange(spec: ExchangeSpec, rates: Sequence[PeerRates] | None = None) -> ExchangeResult:

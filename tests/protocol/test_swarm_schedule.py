@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 from distro_node.protocol.pieces import PIECE_BYTES, piece_span
-from distro_node.protocol.swarm_schedule import (
-    ALL,
-    Decline,
-    Failure,
-    PieceScheduler,
-    ScheduleConfig,
-    own_first_copies_left,
-    pick_to_serve,
-)
+from distro_node.protocol.swarm_pick import Decline, own_first_copies_left, pick_to_serve
+from distro_node.protocol.swarm_schedule import ALL, Failure, PieceScheduler, ScheduleConfig
 
 SIZE = 12 * PIECE_BYTES - 1000  # 12 pieces, the last one short
 
@@ -50,6 +43,24 @@ def test_rarest_piece_first() -> None:
     assert 11 in [p for c in firsts.values() for p in c]
     assert firsts["origin"] == (11,)
 
+
+
+def test_rarity_counts_live_holders_once_however_often_they_report() -> None:
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, choices=1))
+    s.holder_has("origin", ALL)
+    for _ in range(3):  # the same have-map reported again and again is one holder, not three
+        s.holder_has("b", set(range(11)))
+    s.holder_has("c", {11})
+    s.holder_has("d", {11})
+    # Piece 11 has three holders, pieces 0..10 two: the origin is asked for the rarest of those.
+    (first,) = s.next_requests(0.0, may_ask=lambda h: h == "origin")
+    assert first.candidates[0] != 11
+    s.holder_failed("c")
+    s.holder_failed("d")
+    s.holder_has("d", {0})  # a dropped holder's later reports count for nothing
+    s.request_failed(first.id, 0.0, Failure.LOST)
+    (again,) = s.next_requests(1.0, may_ask=lambda h: h == "origin")
+    assert again.candidates == (11,)  # now held by the origin alone: the rarest
 
 def test_fast_holder_ranked_before_slow_and_direct_before_relayed() -> None:
     s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, choices=1))
@@ -112,6 +123,17 @@ def test_overdue_request_is_reported_after_its_expected_time() -> None:
     (r,) = s.next_requests(0.0)
     assert s.overdue(3.9) == []
     assert s.overdue(4.1) == [r.id]
+
+
+def test_an_overdue_check_sees_a_holder_that_got_less_busy() -> None:
+    """A holder busy with 50 other uploads gets 51 pieces' time; once it reports none, the request that
+    was within its limit a moment ago is past the floor, at the same instant."""
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=2.0, overdue_factor=4.0))
+    s.holder_has("a", ALL, uploads=50)
+    (r,) = s.next_requests(0.0)
+    assert s.overdue(10.0) == [] and s.overdue(10.0) == []
+    s.holder_has("a", ALL, uploads=0)
+    assert s.overdue(10.0) == [r.id]
 
 
 def test_a_piece_cut_off_as_overdue_slows_its_holders_estimate_and_widens_the_next_limit() -> None:
