@@ -11,9 +11,12 @@ Two parts, both in bench/results/flow.json (and flow.png):
 - ``predictions``: a home population (every peer 100/10 Mbit) and a mixed one (10% gigabit, 60% home, 30%
   slow 20/2), N = 16 .. 1024, every payload included and with K (``--k``); per configuration the step's
   exchange seconds, the swarm bound, the bytes each peer uploads and downloads. Without K the model is run
-  up to ``--full-max`` peers (each of N peers fetching N - 1 payloads is N^2 fetches); beyond it the entry
-  gives the bound scaled by the ratio model/bound measured at the largest simulated N, marked
-  ``extrapolated``.
+  up to ``--full-max`` peers (each of N peers fetching N - 1 payloads is N^2 fetches), with K up to
+  ``--k-max``; beyond them the entry gives the bound scaled by the ratio model/bound at the largest N
+  simulated in this run or kept from earlier ones, marked ``extrapolated``.
+
+The output is written again after every configuration, so a run stopped part way keeps what it simulated,
+and a later run (``--sizes 512 --k-max 512``, say) adds to it.
 
     .venv/bin/python bench/flow.py                                   # predictions only
     .venv/bin/python bench/flow.py --validate bench/results/exchange_netns_pieces.json --sizes ''
@@ -28,6 +31,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,32 +100,31 @@ def run_one(lines: list[Line], k: int, latency: float, payload_bytes: int = PAYL
     }
 
 
-def predictions(kinds: list[str], sizes: list[int], ks: list[int], full_max: int,
-                k_max: int) -> list[dict[str, Any]]:
+def predictions(kinds: list[str], sizes: list[int], ks: list[int], full_max: int, k_max: int,
+                done: Callable[[list[dict[str, Any]]], object]) -> list[dict[str, Any]]:
+    """Rows for every configuration; ``done(rows)`` after each simulated one. Extrapolated rows carry
+    only their bound here: :func:`merged` scales it by the ratio of the largest N simulated below."""
     rows: list[dict[str, Any]] = []
     for kind in kinds:
         for k in [0, *ks]:
-            ratio = None
             for n in sizes:
                 lines = population(kind, n)
                 if n > (full_max if k == 0 else k_max):
-                    if ratio is None:
-                        continue
                     bound = swarm_bound(lines, PAYLOAD_BYTES, wants_for(n, k))
                     rows.append({"population": kind, "peers": n, "k": k, "bound_s": round(bound, 3),
-                                 "seconds": round(bound * ratio, 3), "extrapolated": True})
+                                 "seconds": None, "extrapolated": True})
                     continue
                 row = {"population": kind, **run_one(lines, k, INTERNET_LATENCY)}
                 rows.append(row)
-                ratio = row["ratio"]
+                done(rows)  # first: a row printed is a row saved
                 print(json.dumps(row), flush=True)
     return rows
 
 
 def merged(*runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (population, peers, K): the first run's that has one, except that a simulated row
-    replaces an extrapolated one wherever it comes from; extrapolated rows are then scaled again from the
-    largest N simulated below them."""
+    replaces an extrapolated one wherever it comes from; extrapolated rows are then scaled from the largest
+    N simulated below them, and left out where there is none."""
     out: dict[tuple[str, int, int], dict[str, Any]] = {}
     for rows in runs:
         for r in rows:
@@ -131,13 +134,17 @@ def merged(*runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out[key] = r
     rows = sorted(out.values(), key=lambda r: (r["population"], r["k"], r["peers"]))
     last: dict[tuple[str, int], float] = {}  # the ratio at the largest N simulated so far
+    out_rows = []
     for r in rows:
         series = (r["population"], r["k"])
         if not r.get("extrapolated"):
             last[series] = r["seconds"] / r["bound_s"]
-        elif series in last:  # rows joined from several runs: scale from the largest simulated N of all
-            r["seconds"] = round(r["bound_s"] * last[series], 3)
-    return rows
+        elif series in last:
+            r = {**r, "seconds": round(r["bound_s"] * last[series], 3)}
+        else:
+            continue
+        out_rows.append(r)
+    return out_rows
 
 
 def validation(files: list[Path]) -> list[dict[str, Any]]:
@@ -211,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full-max", type=int, default=64,
                     help="largest N simulated with every payload included")
     ap.add_argument("--k-max", type=int, default=128,
-                    help="largest N simulated with a bound K (one configuration took 79 s at 64 peers, "
-                         "155 s at 128)")
+                    help="largest N simulated with a bound K (each configuration is run twice, the first "
+                         "for the rates the second starts from; home lines, K = 8: about 3 minutes of one "
+                         "core at 64 peers, 10 at 128, 23 at 256, 48 at 512)")
     ap.add_argument("--validate", type=Path, nargs="*", default=[],
                     help="testbed result files to check against (none: keep the validation in --out)")
     ap.add_argument("--merge", type=Path, nargs="*", default=[],
@@ -233,10 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     doc["validation"] = validation(args.validate) if args.validate else kept.get("validation", [])
     kinds = args.populations.split(",")
     others = [json.loads(path.read_text()).get("predictions", []) for path in args.merge]
-    rows = merged(predictions(kinds, sizes, ks, args.full_max, args.k_max) if sizes else [], *others,
-                  kept.get("predictions", []))
-    doc["predictions"] = rows
-    write_json(args.out, doc)
+
+    def save(new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        doc["predictions"] = merged(new, *others, kept.get("predictions", []))
+        write_json(args.out, doc)
+        return doc["predictions"]
+
+    rows = save(predictions(kinds, sizes, ks, args.full_max, args.k_max, save) if sizes else [])
     if rows:
         plot(rows, args.out.with_suffix(".png"))
     print(f"wrote {args.out}", file=sys.stderr)

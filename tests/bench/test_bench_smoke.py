@@ -108,3 +108,34 @@ def test_swarm_cpu_bench_quick(tmp_path: Path) -> None:
     assert summary["cpu_s"] > 0 and summary["other_frames"] > 0
     # Windows are granted in halves: far fewer window updates than the 64 KiB frames that carried the data.
     assert summary["window_updates"] < summary["other_frames"], summary
+
+
+def _flow(out: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(BENCH / "flow.py"), "--out", str(out), "--populations",
+                             "home", "--k", "2", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_flow_bench_keeps_each_row_and_extrapolates_from_the_largest_simulated(tmp_path: Path) -> None:
+    out = tmp_path / "flow.json"
+    # Stopped once its first configuration is in: what it simulated is saved.
+    proc = _flow(out, "--sizes", "4,6,8", "--full-max", "8", "--k-max", "8")
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    (saved,) = json.loads(out.read_text())["predictions"]
+    assert saved["peers"] == first["peers"] == 4 and saved["seconds"] == first["seconds"]
+    # Beyond --full-max and --k-max: the bound times the ratio of the largest N simulated, kept or new.
+    proc = _flow(out, "--sizes", "6,8", "--full-max", "6", "--k-max", "6")
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stdout + stderr
+    rows = {(r["k"], r["peers"]): r for r in json.loads(out.read_text())["predictions"]}
+    assert set(rows) == {(0, 4), (0, 6), (0, 8), (2, 6), (2, 8)}  # K = 2 at 4: stopped before it
+    for k in (0, 2):
+        assert not rows[(k, 6)].get("extrapolated") and rows[(k, 8)]["extrapolated"]
+        assert rows[(k, 8)]["seconds"] == pytest.approx(
+            rows[(k, 8)]["bound_s"] * rows[(k, 6)]["seconds"] / rows[(k, 6)]["bound_s"], rel=1e-3)
+    assert all(r["seconds"] > 0 for r in rows.values())
