@@ -126,9 +126,9 @@ class PieceScheduler:
         # pieces it could ask for, and their count is the piece's rarity (scanning every holder and counting
         # afresh per decision was most of a flow model's time).
         self._holders_of: list[set[str]] = [set() for _ in range(self.count)]
-        # Bumped by every change to what we hold, ask for or know of holders: a caller that derived
-        # something from this state (the flow model's HAVE polls) knows when it must derive it again.
-        self.version = 0
+        # Bumped by every change to what we hold, ask for or know of holders: what was derived from an
+        # older state (the overdue check below) is derived again.
+        self._version = 0
         # (version, time): at that version no request is overdue before that time. The daemon's fetch loop
         # and the flow model ask at every event; most asks are long before any limit.
         self._none_overdue: tuple[int, float] = (-1, 0.0)
@@ -150,7 +150,7 @@ class PieceScheduler:
         if not h.dropped:
             for i in new:
                 self._holders_of[i].add(holder)
-        self.version += 1
+        self._version += 1
         if uploads is not None:
             h.uploads = max(0, uploads)
 
@@ -163,7 +163,7 @@ class PieceScheduler:
             for i in h.pieces:
                 self._holders_of[i].discard(holder)
         h.dropped = True
-        self.version += 1
+        self._version += 1
         ids = sorted(h.in_flight)
         for rid in ids:
             self._forget(rid)
@@ -204,7 +204,7 @@ class PieceScheduler:
                 h.in_flight.add(rid)
                 askable.difference_update(picks)
                 out.append(Request(rid, name, picks))
-                self.version += 1
+                self._version += 1
                 if may_ask is not None:
                     break
         return out
@@ -212,7 +212,7 @@ class PieceScheduler:
     def overdue(self, now: float) -> list[int]:
         """Requests whose holder is far slower than expected: cancel them, then report ``Failure.LOST``."""
         version, until = self._none_overdue
-        if version == self.version and now < until:
+        if version == self._version and now < until:
             return []
         late, first = [], math.inf
         for rid, r in self._requests.items():
@@ -222,7 +222,7 @@ class PieceScheduler:
                 late.append(rid)
             first = min(first, r.sent_at + limit)
         if not late:  # none is overdue before the first limit unless the state changes (less a margin)
-            self._none_overdue = (self.version, first - 1e-9 * max(1.0, abs(first)))
+            self._none_overdue = (self._version, first - 1e-9 * max(1.0, abs(first)))
         return late
 
     # --- events back ---------------------------------------------------------------------------------------
@@ -236,7 +236,7 @@ class PieceScheduler:
         if piece not in r.candidates:
             return False
         r.piece, r.started_at = piece, now
-        self.version += 1
+        self._version += 1
         return True
 
     def piece_done(self, request_id: int, now: float) -> float | None:
@@ -387,4 +387,4 @@ class PieceScheduler:
         r = self._requests.pop(request_id, None)
         if r is not None:
             self.holders[r.holder].in_flight.discard(request_id)
-            self.version += 1
+            self._version += 1
