@@ -22,6 +22,7 @@ and a later run (``--sizes 512 --k-max 512``, say) adds to it.
     .venv/bin/python bench/flow.py --validate bench/results/exchange_netns_pieces.json --sizes ''
     .venv/bin/python bench/flow.py --sizes 16,64 --k 8 --out /tmp/flow.json   # a quick look
     .venv/bin/python bench/flow.py --sizes '' --merge /tmp/home.json /tmp/mixed.json   # join parallel runs
+    .venv/bin/python bench/flow.py --sizes '' --merge /tmp/home.json --replace --note '...'  # model changed
 """
 
 from __future__ import annotations
@@ -226,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", type=Path, nargs="*", default=[],
                     help="other flow.py outputs whose predictions join --out's (runs of different sizes or "
                          "populations side by side)")
+    ap.add_argument("--replace", action="store_true",
+                    help="drop the predictions already in --out (the model changed): only this run's and "
+                         "--merge's remain")
+    ap.add_argument("--note", default=None,
+                    help="what the predictions are of, kept in the JSON (default: the note already in --out)")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "flow.json")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -239,11 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, json.JSONDecodeError):
         kept = {}
     doc["validation"] = validation(args.validate) if args.validate else kept.get("validation", [])
+    note = kept.get("predictions_note") if args.note is None else args.note
+    if note:
+        doc["predictions_note"] = note
+    earlier = [] if args.replace else kept.get("predictions", [])
     kinds = args.populations.split(",")
     others = [json.loads(path.read_text()).get("predictions", []) for path in args.merge]
 
     def save(new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        doc["predictions"] = merged(new, *others, kept.get("predictions", []))
+        doc["predictions"] = merged(new, *others, earlier)
         write_json(args.out, doc)
         return doc["predictions"]
 
