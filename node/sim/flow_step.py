@@ -322,20 +322,20 @@ class _Exchange:
             self.first[holder].asked(str(fetcher), self.net.now)
         self._ungate(fetcher, author, rid)
         self.have[fetcher].setdefault(author, set()).add(piece)
+        name = self.names[fetcher]
         for other in self.near[fetcher]:
             theirs = self.sched.get((other, author))
-            if theirs is not None and other != fetcher:
-                unheard = self.unheard.get((other, author))
+            if theirs is None or other == fetcher:
+                continue
+            quiet = piece in theirs.no_news_from(name) or theirs.offers(name)
+            if not quiet:  # its poll there is answered now
+                news = partial(self._news, other, author, fetcher, frozenset(self.have[fetcher][author]))
+                self.at(self.net.now + self.spec.latency, news)
+            unheard = self.unheard.get((other, author))
+            if quiet or (unheard is not None and fetcher in unheard.holders):
                 if unheard is None:
                     unheard = self.unheard[(other, author)] = UnheardHolders(theirs.count)
-                untold = self.have[fetcher][author] - theirs.holders[self.names[fetcher]].pieces
-                if piece in theirs.no_news_from(self.names[fetcher]) or theirs.offers(self.names[fetcher]):
-                    unheard.add(fetcher, untold)
-                else:  # its poll there is answered now
-                    news = partial(self._news, other, author, fetcher, frozenset(self.have[fetcher][author]))
-                    self.at(self.net.now + self.spec.latency, news)
-                    if fetcher in unheard.holders:
-                        unheard.add(fetcher, untold)
+                unheard.add(fetcher, self.have[fetcher][author] - theirs.holders[name].pieces)
         if sched.complete:
             self.missing[fetcher] -= 1
             if self.missing[fetcher] == 0:
@@ -348,7 +348,7 @@ class _Exchange:
         sched = self.sched[(fetcher, author)]
         if sched.complete:
             return
-        sched.holder_has(str(holder), have, uploads=self.uploading[holder])
+        sched.holder_has(self.names[holder], have, uploads=self.uploading[holder])
         unheard = self.unheard.get((fetcher, author))
         if unheard is not None:
             unheard.told(holder, have)
