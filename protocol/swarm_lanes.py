@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 import trio
 from libp2p.peer.id import ID
 
+from .errors import TransportError
 from .swarm_schedule import PieceScheduler, Request
 
 
-class Lost(Exception):
-    """The current request was cancelled as overdue: the session's stream is mid-reply and must go."""
+class Lost(TransportError):
+    """The current request was cancelled as overdue: the session's stream is mid-reply and must go, the
+    holder stays. A TransportError so that ``rpc.client_stream`` lets it out as it is: anything else it
+    wraps as a stream failure, and the fetch then counted our own cancel as the holder's loss (three of
+    them dropped a slow author, the only holder, and the fetch failed)."""
 
 
 @dataclass

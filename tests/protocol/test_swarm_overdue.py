@@ -1,0 +1,85 @@
+"""A holder too slow for a fetcher's patience stays a holder: its requests are cancelled as overdue, its rate
+is marked down, and the fetch goes on asking it (real loopback hosts, a fault-injecting author)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import trio
+from distro_node.protocol.pieces_serve import PiecesServer
+from distro_node.protocol.pieces_wire import PiecesConfig
+from distro_node.protocol.swarm_request import FetchStats
+from distro_node.protocol.swarm_schedule import ScheduleConfig
+from distro_node.protocol.testing import WAIT, connect_all_to, start_hosts
+from libp2p.abc import INetStream
+from pieces_support import SIZE, fetch, server_of
+
+STALLS = PiecesConfig().max_losses  # as many overdue cancels as the losses that drop a failing holder
+CRAWL = 0.1
+# Quick to call a request overdue: the prior rate makes the floor the first limit, and each cancel raises
+# the next limit to four times the time the cancelled piece had run (0.05, ~0.4, ~1.6 s): all far below
+# the 13 s a crawling piece takes, also on a loaded machine.
+IMPATIENT = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=0.5,
+                         schedule=ScheduleConfig(prior_rate=1e8, overdue_floor=0.05))
+
+
+class _Crawling:
+    """A stream that sends its first write a KiB at a time, ``CRAWL`` apart (a piece takes 13 s): a line far
+    too slow for the fetcher, as it looks from the fetcher's side. A write after the fetcher's reset fails,
+    which ends the upload, as on a real line."""
+
+    def __init__(self, stream: INetStream, server: _CrawlsFirstReplies) -> None:
+        self._stream, self._server = stream, server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    async def write(self, data: bytes) -> None:
+        for offset in range(0, len(data), 1024):
+            try:
+                await self._stream.write(data[offset : offset + 1024])
+            except Exception:
+                self._server.cut += 1
+                raise
+            await trio.sleep(CRAWL)
+
+
+class _CrawlsFirstReplies(PiecesServer):
+    """An author whose first ``STALLS`` piece replies crawl; ``cut`` counts those the fetcher gave up on."""
+
+    crawled = 0
+    cut = 0
+
+    async def _piece(self, stream: INetStream, key: tuple[int, bytes], choices: tuple[int, ...]) -> bool:
+        if self.crawled >= STALLS:
+            return await super()._piece(stream, key, choices)
+        self.crawled += 1
+        return await super()._piece(_Crawling(stream, self), key, choices)  # type: ignore[arg-type]
+
+
+@pytest.mark.network
+def test_a_slow_author_stays_a_holder_through_overdue_cancels() -> None:
+    """Each crawling piece runs overdue and is cancelled; the fetch asks the author again with a longer
+    limit (its rate marked down) and completes. Before, the cancel left the session as a stream failure
+    (client_stream wraps what it does not know), so each one counted as a loss: the third dropped the
+    author, the payload's only holder, and the fetch failed."""
+
+    async def body() -> None:
+        async with start_hosts(2) as (author, me):
+            source = server_of(_CrawlsFirstReplies, author, IMPATIENT)
+            mine = server_of(PiecesServer, me, IMPATIENT)
+            for server in (source, mine):
+                server.install()
+            data = os.urandom(SIZE)
+            root = source.store.put(5, data)
+            with trio.fail_after(WAIT):
+                await connect_all_to([author, me], me)
+                stats = FetchStats()
+                got = await fetch(me, mine, 5, root, SIZE, [], [author], stats=stats, config=IMPATIENT)
+            assert got == data
+            assert source.crawled == STALLS
+            assert source.cut == STALLS  # the case happened: the fetcher gave up on every crawling piece
+
+    trio.run(body)
