@@ -268,11 +268,18 @@ class PieceScheduler:
             return
         rest = min(max(self.config.backoff, retry_after), self.config.max_rest)
         h.resting_until = max(h.resting_until, now + rest)
-        if why is Failure.LOST and r.piece is not None and r.started_at is not None:
-            # It started the piece and had not finished it: whatever its rate, it is below a piece per
-            # elapsed time. Without this a slow origin kept the prior's 2 s limit, every fetcher cancelled
-            # its first copies mid-piece, and its uplink was spent on bytes nobody kept.
-            ceiling = piece_span(self.size, r.piece)[1] / max(now - r.started_at, 1e-6)
+        if why is Failure.LOST:
+            # It had not finished: whatever its rate, it is below a piece per elapsed time, so the next
+            # request there gets a longer limit. Without this a slow origin kept the prior's 2 s limit,
+            # every fetcher cancelled its first copies mid-piece, and its uplink was spent on bytes nobody
+            # kept. A reply that had not even begun counts from the request: on a slow uplink the header
+            # waits behind the piece bytes already queued in the holder's socket, and a fetch whose
+            # requests all ran overdue before it (0.4 Mbit/s up, the testbed's mixed lines at a fifth)
+            # never measured a rate and cancelled every one at the same limit.
+            if r.piece is not None and r.started_at is not None:
+                ceiling = piece_span(self.size, r.piece)[1] / max(now - r.started_at, 1e-6)
+            else:
+                ceiling = PIECE_BYTES / max(now - r.sent_at, 1e-6)
             h.rate = ceiling if h.rate is None else min(h.rate, ceiling)
 
     # --- views ---------------------------------------------------------------------------------------------

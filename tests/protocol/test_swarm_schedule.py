@@ -151,6 +151,22 @@ def test_a_piece_cut_off_as_overdue_slows_its_holders_estimate_and_widens_the_ne
     assert s.overdue(10.4) == [again.id]
 
 
+def test_a_reply_that_never_began_also_widens_the_next_limit() -> None:
+    """A request whose reply had not even named its piece when it ran overdue (on a slow uplink the header
+    waits behind queued piece bytes) still says the holder is slower than thought: counted from the
+    request, the next limit is four times as long. Before, such a holder kept the prior's limit and every
+    request to it was cancelled at the same 2 s, none ever measured."""
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=2.0, overdue_factor=4.0))
+    s.holder_has("origin", ALL)
+    (r,) = s.next_requests(0.0)
+    assert s.overdue(2.5) == [r.id]
+    s.request_failed(r.id, 2.5, Failure.LOST)
+    assert s.holder_rate("origin") == pytest.approx(PIECE_BYTES / 2.5)
+    (again,) = s.next_requests(2.7)
+    assert s.overdue(12.6) == []  # 4 x 2.5 s allowed now
+    assert s.overdue(12.8) == [again.id]
+
+
 def test_pick_to_serve_prefers_first_copies_and_no_repeat_while_busy() -> None:
     assert pick_to_serve([3, 4, 5], range(12), {3: 1}, uploading=0, slots=2) == 4
     assert pick_to_serve([3], [0, 1], {}, uploading=0, slots=2) is Decline.NOT_HELD
