@@ -22,7 +22,7 @@ from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
 from _exchange_run import run_config, summarize
-from distro_node.node.testbed.netns import Network, profile_links, ready_for_bench, tbf_args
+from distro_node.node.testbed.netns import Network, profile_links, profile_name, ready_for_bench, tbf_args
 from distro_node.protocol.pieces import piece_count
 from distro_node.protocol.pieces_wire import PIECES_PROTOCOL
 from distro_node.protocol.transfer import PAYLOAD_PROTOCOL
@@ -54,13 +54,14 @@ def run_netns(args: argparse.Namespace) -> int:
         return 2
     try:
         counts = [int(x) for x in args.peers.split(",")]
-        profile_links(args.netns, 2)
+        profile_links(args.netns, 2, args.rate_scale)
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
+    name = profile_name(args.netns, args.rate_scale)
     rows: list[dict[str, Any]] = []
     for n in counts:
-        links = profile_links(args.netns, n)
+        links = profile_links(args.netns, n, args.rate_scale)
         up = min(link.up_mbit for link in links)
         results: list[dict[str, Any]] = []
         try:
@@ -80,6 +81,7 @@ def run_netns(args: argparse.Namespace) -> int:
         bound = row.pop("bound_s")[f"{up:g}_mbit"]
         row.update({
             "links_mbit_down_up": [[link.down_mbit, link.up_mbit] for link in links],
+            "rate_scale": args.rate_scale,
             "slowest_upload_mbit": up,
             "peer0_to_peer1_tcp_mbit": check["mbit"],
             "bound_s": bound,
@@ -89,25 +91,25 @@ def run_netns(args: argparse.Namespace) -> int:
         if args.pieces:
             row.update(_swarm_figures(n, args.rounds, args.size, results))
         rows.append(row)
-        print(f"{args.netns}, {n} peers x {args.size / 1e6:.2f} MB: median round "
+        print(f"{name}, {n} peers x {args.size / 1e6:.2f} MB: median round "
               f"{row['median_round_s']:.3f} s (p90 {row['p90_round_s']:.3f} s), bound {bound:.3f} s at "
               f"{up:g} Mbit up: "
               f"{row['ratio_to_bound']:.2f}x (target <= {TARGET_RATIO}); link check {check['mbit']} Mbit/s")
-    name = ("exchange_netns_pieces_noturns.json" if args.no_turns else "exchange_netns_pieces.json"
+    file = ("exchange_netns_pieces_noturns.json" if args.no_turns else "exchange_netns_pieces.json"
             ) if args.pieces else "exchange_netns.json"
-    path = args.out or RESULTS_DIR / name
+    path = args.out or RESULTS_DIR / file
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         doc = {}
     profiles = doc.get("profiles", {})
     # Rows of peer counts not run this time are kept (each count can be re-measured on its own).
-    kept = [r for r in profiles.get(args.netns, {}).get("results", []) if r.get("peers") not in counts]
-    profiles[args.netns] = {
+    kept = [r for r in profiles.get(name, {}).get("results", []) if r.get("peers") not in counts]
+    widest = profile_links(args.netns, max(counts), args.rate_scale)
+    profiles[name] = {
         "results": sorted(kept + rows, key=lambda r: r.get("peers", 0)),
         "tbf": {f"{mbit:g}_mbit": " ".join(tbf_args(mbit))
-                for mbit in sorted({x for link in profile_links(args.netns, max(counts)) for x in
-                                    (link.down_mbit, link.up_mbit)})},
+                for mbit in sorted({x for link in widest for x in (link.down_mbit, link.up_mbit)})},
     }
     out = {
         "what": "bench/exchange.py's all-to-all exchange (host + gossip announcements + "

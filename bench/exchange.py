@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --pieces: fetchers ignore busy holders' retry-after and ask each holder per "
                          "payload (the swarm before protocol/swarm_turns.py), to compare; written to "
                          "exchange_netns_pieces_noturns.json")
+    ap.add_argument("--rate-scale", type=float, default=1.0, metavar="F",
+                    help="with --netns: every link at F times the profile's rates (0 < F <= 1; results "
+                         "under PROFILE@F): a machine with fewer cores than peers measures the schedule, "
+                         "not its CPU (node/testbed/netns.py, profile_links)")
     ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                     help="with --netns: each peer's stderr (DEBUG for the piece fetch) in DIR/N/peerI.log")
     ap.add_argument("--hivemind-python", type=Path, default=None, metavar="PATH",
@@ -63,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.no_turns and not args.pieces:
         ap.error("--no-turns needs --pieces")
+    if args.rate_scale != 1.0 and args.netns is None:
+        ap.error("--rate-scale needs --netns PROFILE")
     if args.netns is not None:
         return run_netns(args)
     if args.pieces:

@@ -160,10 +160,14 @@ def validation(files: list[Path]) -> list[dict[str, Any]]:
                 if "median_round_s" not in measured:
                     continue  # a configuration that failed
                 n, size = measured["peers"], measured["payload_bytes"]
-                lines = [line(link) for link in profile_links(profile, n)]
+                # The links the run had (a run at a rate scale, ``mixed@0.2``, names them; older rows do not)
+                links = ([TestbedLink(down, up) for down, up in measured["links_mbit_down_up"]]
+                         if "links_mbit_down_up" in measured else profile_links(profile, n))
+                lines = [line(link) for link in links]
                 model = run_one(lines, 0, TESTBED_LATENCY, size)
                 got = measured["median_round_s"]
                 rows.append({"source": path.name, "profile": profile, "peers": n, "payload_bytes": size,
+                             "rate_scale": measured.get("rate_scale", 1.0),
                              "measured_s": got, "model_s": model["seconds"], "bound_s": model["bound_s"],
                              "measured_over_bound": round(got / model["bound_s"], 3),
                              "error": round(model["seconds"] / got - 1, 3),

@@ -43,7 +43,7 @@ from distro_node.node.join_process import PeerProc, PeerWaitError
 from distro_node.node.sim.flow_net import Line
 from distro_node.node.sim.flow_step import swarm_bound as exchange_bound
 from distro_node.node.sim.flow_topology import full_mesh
-from distro_node.node.testbed.netns import PROFILES, Link, profile_links, ready_for_bench
+from distro_node.node.testbed.netns import PROFILES, Link, profile_links, profile_name, ready_for_bench
 from distro_node.node.testbed.swarm import Testbed
 
 # Round settings generous enough that a round at 2 Mbit up is never cut short: this measures speed, it does
@@ -109,9 +109,11 @@ def measure(peers: list[PeerProc], warmup: int) -> dict[str, Any]:
 
 
 def run_one(profile: str, n: int, overlap: bool, steps: int, warmup: int, wall: float,
-            log_root: Path, topk: int = DEFAULT_TOPK, fetch: str = PAYLOAD_FETCHES[0]) -> dict[str, Any]:
-    links = profile_links(profile, n)
-    log_dir = Path(tempfile.mkdtemp(prefix=f"{profile}-{n}-{'ovl' if overlap else 'seq'}-", dir=log_root))
+            log_root: Path, topk: int = DEFAULT_TOPK, fetch: str = PAYLOAD_FETCHES[0],
+            rate_scale: float = 1.0) -> dict[str, Any]:
+    links = profile_links(profile, n, rate_scale)
+    name = profile_name(profile, rate_scale)
+    log_dir = Path(tempfile.mkdtemp(prefix=f"{name}-{n}-{'ovl' if overlap else 'seq'}-", dir=log_root))
     run_args = [*run_args_for(topk), *(["--overlap"] if overlap else [])]
     t0 = time.monotonic()
     with Testbed(links, log_dir, run_args, ["--steps", str(steps), "--payload-fetch", fetch]) as bed:
@@ -129,8 +131,9 @@ def run_one(profile: str, n: int, overlap: bool, steps: int, warmup: int, wall: 
     bound = (n - 1) * payload * 8 / (up * 1e6)
     swarm = swarm_bound(links, payload)
     row.update({
-        "profile": profile, "peers": n, "overlapped": overlap, "payload_fetch": fetch, "steps": steps,
-        "warmup": warmup,
+        "profile": name, "peers": n, "overlapped": overlap, "rate_scale": rate_scale,
+        "links_mbit_down_up": [[link.down_mbit, link.up_mbit] for link in links],
+        "payload_fetch": fetch, "steps": steps, "warmup": warmup,
         "slowest_upload_mbit": up, "bound_s": round(bound, 4), "swarm_bound_s": round(swarm, 4),
         "comm_ratio_to_bound": round(row["comm_s"] / bound, 3) if row["comm_s"] and bound else None,
         "comm_ratio_to_swarm_bound": round(row["comm_s"] / swarm, 3) if row["comm_s"] and swarm else None,
@@ -166,7 +169,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     ok = [r for r in rows if "error" not in r]
-    labels = sorted({(r["profile"], r["peers"]) for r in ok}, key=lambda k: (PROFILES.index(k[0]), k[1]))
+    labels = sorted({(r["profile"], r["peers"]) for r in ok},
+                    key=lambda k: (PROFILES.index(k[0].split("@")[0]), k[0], k[1]))
     fig, ax = plt.subplots(figsize=(max(7.0, 1.3 * len(labels)), 4.5), dpi=110)
     width = 0.38
     for x, (profile, n) in enumerate(labels):
@@ -216,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", action="store_true",
                     help="keep the runs already in --out of (profile, peers) this run does not redo, so "
                          "a long matrix can be measured in parts")
+    ap.add_argument("--rate-scale", type=float, default=1.0, metavar="F",
+                    help="every link at F times the profile's rates (0 < F <= 1; runs named PROFILE@F): "
+                         "with fewer cores than peers the profile's own rates measure the daemons' CPU, "
+                         "a fifth of them the schedule (node/testbed/netns.py, profile_links)")
     args = ap.parse_args(argv)
     if not ready_for_bench("bench/internet.py"):
         return 2
@@ -226,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         if not orders or set(orders) - {"sequential", "overlapped"}:
             raise ValueError(f"--orders takes sequential and/or overlapped, got {args.orders!r}")
         for p in profiles:
-            profile_links(p, 2)
+            profile_links(p, 2, args.rate_scale)
     except ValueError as exc:
         ap.error(str(exc))
     if not 0 <= args.warmup < args.steps - 1:
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     pairs: list[dict[str, Any]] = []
     if args.merge and out.exists():
         old = json.loads(out.read_text())
-        redo = {(p, n) for p in profiles for n in counts}
+        redo = {(profile_name(p, args.rate_scale), n) for p in profiles for n in counts}
         rows = [r for r in old.get("runs", []) if (r["profile"], r["peers"]) not in redo]
         pairs = [r for r in old.get("overlap", []) if (r["profile"], r["peers"]) not in redo]
     for profile in profiles:
@@ -246,16 +254,18 @@ def main(argv: list[str] | None = None) -> int:
             for overlap in [o == "overlapped" for o in orders]:
                 try:
                     row = run_one(profile, n, overlap, args.steps, args.warmup, args.wall, log_root,
-                                  topk=args.topk, fetch=args.payload_fetch)
+                                  topk=args.topk, fetch=args.payload_fetch, rate_scale=args.rate_scale)
                 except BenchError as exc:
-                    row = {"profile": profile, "peers": n, "overlapped": overlap, "error": str(exc)}
-                    print(f"{profile} N={n} {'overlapped' if overlap else 'sequential'}: FAILED: {exc}",
-                          flush=True)
+                    row = {"profile": profile_name(profile, args.rate_scale), "peers": n,
+                           "overlapped": overlap, "error": str(exc)}
+                    print(f"{row['profile']} N={n} {'overlapped' if overlap else 'sequential'}: "
+                          f"FAILED: {exc}", flush=True)
                     rows.append(row)
                     continue
                 rows.append(row)
                 pair[overlap] = row
-                print(f"{profile} N={n} {'overlapped' if overlap else 'sequential'}: step {row['step_s']} s "
+                print(f"{row['profile']} N={n} {'overlapped' if overlap else 'sequential'}: "
+                      f"step {row['step_s']} s "
                       f"(compute {row['compute_s']}, apply {row['apply_s']}, comm {row['comm_s']} = wait "
                       f"{row['wait_s']} + exchange {row['exchange_s']}); bound {row['bound_s']} s, "
                       f"comm/bound {row['comm_ratio_to_bound']}, exchange/bound "

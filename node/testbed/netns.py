@@ -85,16 +85,32 @@ MIXED_CYCLE = (GIGABIT, HOME, SLOW, HOME)
 PROFILES = ("home", "gigabit", "mixed", "slow")
 
 
-def profile_links(profile: str, n: int) -> list[Link]:
-    """The per-peer links of a named profile for ``n`` peers."""
+def profile_links(profile: str, n: int, rate_scale: float = 1.0) -> list[Link]:
+    """The per-peer links of a named profile for ``n`` peers, every rate times ``rate_scale``.
+
+    Why a scale: the time a swarm takes over its bound depends on the ratios of its links, not on their
+    size, but the CPU per second its daemons need grows with the rates. On a machine with fewer cores
+    than peers (8 daemons on 2 cores) the profile's own rates measure the CPU; the same swarm at a fifth
+    of them measures the schedule. ``slow`` is ``home`` at 0.2."""
     if n < 1 or n > MAX_PEERS:
         raise ValueError(f"peers must be in 1..{MAX_PEERS}, got {n}")
+    if not 0 < rate_scale <= 1:
+        raise ValueError(f"rate_scale must be in (0, 1], got {rate_scale}")
     fixed = {"home": HOME, "gigabit": GIGABIT, "slow": SLOW}
     if profile in fixed:
-        return [fixed[profile]] * n
-    if profile == "mixed":
-        return [MIXED_CYCLE[i % len(MIXED_CYCLE)] for i in range(n)]
-    raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+        links = [fixed[profile]] * n
+    elif profile == "mixed":
+        links = [MIXED_CYCLE[i % len(MIXED_CYCLE)] for i in range(n)]
+    else:
+        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+    if rate_scale == 1:
+        return links
+    return [Link(link.down_mbit * rate_scale, link.up_mbit * rate_scale) for link in links]
+
+
+def profile_name(profile: str, rate_scale: float) -> str:
+    """How results name a profile run at a scale (``mixed@0.2``), so they never replace its own rates'."""
+    return profile if rate_scale == 1 else f"{profile}@{rate_scale:g}"
 
 
 def tbf_args(mbit: float) -> list[str]:
