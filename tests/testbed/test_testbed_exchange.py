@@ -29,3 +29,20 @@ def test_exchange_bench_in_namespaces(tmp_path: Path) -> None:
     assert row["bound_s"] == pytest.approx(0.48)
     assert row["median_round_s"] >= 0.9 * row["bound_s"]
     assert 8.0 <= row["peer0_to_peer1_tcp_mbit"] <= 10.2
+
+
+def test_exchange_bench_at_half_the_profiles_rates(tmp_path: Path) -> None:
+    """--rate-scale shapes every link at the fraction asked: the run is named for it, and its round cannot
+    beat the slower link."""
+    out = tmp_path / "exchange_netns.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "exchange.py"), "--netns", "home", "--rate-scale", "0.5",
+         "--peers", "3", "--rounds", "2", "--size", "300000", "--wall", "100", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=140, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads(out.read_text())["profiles"]["home@0.5"]["results"]
+    assert row["rate_scale"] == 0.5 and row["links_mbit_down_up"] == [[50.0, 5.0]] * 3
+    assert row["bound_s"] == pytest.approx(0.96)  # 2 x 300 kB at 5 Mbit/s
+    assert row["median_round_s"] >= 0.9 * row["bound_s"]
+    assert 4.0 <= row["peer0_to_peer1_tcp_mbit"] <= 5.1
