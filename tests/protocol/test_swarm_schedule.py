@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from distro_node.protocol.pieces import PIECE_BYTES, piece_span
+from distro_node.protocol.pieces import PIECE_BYTES, piece_count, piece_span
 from distro_node.protocol.swarm_pick import Decline, own_first_copies_left, pick_to_serve
-from distro_node.protocol.swarm_schedule import ALL, Failure, PieceScheduler, ScheduleConfig
+from distro_node.protocol.swarm_schedule import ALL, Failure, PieceScheduler, Request, ScheduleConfig
 
 SIZE = 12 * PIECE_BYTES - 1000  # 12 pieces, the last one short
 
@@ -117,12 +117,39 @@ def test_failed_holder_cancels_its_requests_and_stuck_reports_no_source() -> Non
     assert not s.stuck()
 
 
+def _asked(s: PieceScheduler, now: float, holder: str) -> Request:
+    """The request ``next_requests`` sent ``holder`` (a spare holder may get one too)."""
+    (r,) = [q for q in s.next_requests(now) if q.holder == holder]
+    return r
+
+
+def _spare(s: PieceScheduler) -> None:
+    """A second holder of every piece, too slow ever to be overdue itself here: with it a cancel has
+    somewhere else to ask, so a late request is reported."""
+    s.holder_has("spare", ALL, rate=1.0)
+
+
 def test_overdue_request_is_reported_after_its_expected_time() -> None:
     s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=1.0, overdue_factor=4.0))
     s.holder_has("a", ALL, rate=PIECE_BYTES)  # one piece per second: 4 s allowed
-    (r,) = s.next_requests(0.0)
+    _spare(s)
+    r = _asked(s, 0.0, "a")
     assert s.overdue(3.9) == []
     assert s.overdue(4.1) == [r.id]
+
+
+def test_a_request_for_pieces_nobody_else_holds_is_never_overdue() -> None:
+    """An origin's first copies can only come from the origin: cancelled, the bytes it sent were for
+    nothing. Once another holder reports the piece, the same request is overdue at once."""
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=1.0, overdue_factor=4.0))
+    s.holder_has("origin", ALL, rate=PIECE_BYTES)
+    (r,) = s.next_requests(0.0)
+    assert s.piece_started(r.id, r.candidates[0], 0.1)
+    assert s.overdue(60.0) == [] and s.overdue(60.0) == []
+    s.holder_has("relay", set(range(piece_count(SIZE))) - {r.candidates[0]})  # not the piece it sends
+    assert s.overdue(60.0) == []
+    s.holder_has("relay", {r.candidates[0]})
+    assert s.overdue(60.0) == [r.id]
 
 
 def test_an_overdue_check_sees_a_holder_that_got_less_busy() -> None:
@@ -130,7 +157,8 @@ def test_an_overdue_check_sees_a_holder_that_got_less_busy() -> None:
     was within its limit a moment ago is past the floor, at the same instant."""
     s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=2.0, overdue_factor=4.0))
     s.holder_has("a", ALL, uploads=50)
-    (r,) = s.next_requests(0.0)
+    _spare(s)
+    r = _asked(s, 0.0, "a")
     assert s.overdue(10.0) == [] and s.overdue(10.0) == []
     s.holder_has("a", ALL, uploads=0)
     assert s.overdue(10.0) == [r.id]
@@ -141,12 +169,13 @@ def test_a_piece_cut_off_as_overdue_slows_its_holders_estimate_and_widens_the_ne
     within that limit is at most a piece per elapsed time, so the next request waits four times that."""
     s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=2.0, overdue_factor=4.0))
     s.holder_has("origin", ALL)
-    (r,) = s.next_requests(0.0)
+    _spare(s)
+    r = _asked(s, 0.0, "origin")
     assert s.piece_started(r.id, r.candidates[0], 0.1)
     assert s.overdue(2.1) == [r.id]
     s.request_failed(r.id, 2.1, Failure.LOST)
     assert s.holder_rate("origin") == pytest.approx(PIECE_BYTES / 2.0)
-    (again,) = s.next_requests(2.3)  # still a holder, after the back-off
+    again = _asked(s, 2.3, "origin")  # still a holder, after the back-off
     assert s.overdue(9.0) == []  # 4 x 2 s allowed now
     assert s.overdue(10.4) == [again.id]
 
@@ -158,11 +187,12 @@ def test_a_reply_that_never_began_also_widens_the_next_limit() -> None:
     request to it was cancelled at the same 2 s, none ever measured."""
     s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=2.0, overdue_factor=4.0))
     s.holder_has("origin", ALL)
-    (r,) = s.next_requests(0.0)
+    _spare(s)
+    r = _asked(s, 0.0, "origin")
     assert s.overdue(2.5) == [r.id]
     s.request_failed(r.id, 2.5, Failure.LOST)
     assert s.holder_rate("origin") == pytest.approx(PIECE_BYTES / 2.5)
-    (again,) = s.next_requests(2.7)
+    again = _asked(s, 2.7, "origin")
     assert s.overdue(12.6) == []  # 4 x 2.5 s allowed now
     assert s.overdue(12.8) == [again.id]
 
