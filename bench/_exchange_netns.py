@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
@@ -45,6 +46,9 @@ def _swarm_figures(peers: int, rounds: int, size: int, results: list[dict[str, A
     refused = sum(r.get("refused", 0) for r in results)
     return {"amplification": round(downloaded / (peers * (peers - 1) * size * rounds), 4),
             "upload_spread": round(max(uploaded) / mean_up, 3) if mean_up else None,
+            # Per peer, in the profile's link order: what its uplink carried of piece bytes, in payloads
+            # per round (an origin that sends each of its pieces once and relays nothing has 1.0).
+            "uploaded_payloads_per_round": [round(u / (size * rounds), 2) for u in uploaded],
             "cpu_s_per_round": round(cpu, 2), "cores": os.cpu_count(),
             "refused_per_piece": round(refused / pieces, 2)}
 
@@ -82,6 +86,8 @@ def run_netns(args: argparse.Namespace) -> int:
         row.update({
             "links_mbit_down_up": [[link.down_mbit, link.up_mbit] for link in links],
             "rate_scale": args.rate_scale,
+            # Per peer, in link order: own announcement to holding all N-1 others (who waits for whom).
+            "median_round_s_by_peer": [round(statistics.median(times), 2) for times in per_peer],
             "slowest_upload_mbit": up,
             "peer0_to_peer1_tcp_mbit": check["mbit"],
             "bound_s": bound,

@@ -43,6 +43,7 @@ def test_exchange_bench_at_half_the_profiles_rates(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = json.loads(out.read_text())["profiles"]["home@0.5"]["results"]
     assert row["rate_scale"] == 0.5 and row["links_mbit_down_up"] == [[50.0, 5.0]] * 3
+    assert len(row["median_round_s_by_peer"]) == 3
     assert row["bound_s"] == pytest.approx(0.96)  # 2 x 300 kB at 5 Mbit/s
     assert row["median_round_s"] >= 0.9 * row["bound_s"]
     assert 4.0 <= row["peer0_to_peer1_tcp_mbit"] <= 5.1
