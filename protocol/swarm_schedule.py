@@ -208,17 +208,18 @@ class PieceScheduler:
         return out
 
     def overdue(self, now: float) -> list[int]:
-        """Requests whose holder is far slower than expected, while another holder has what they ask for:
-        cancel them, then report ``Failure.LOST``. A cancel is for asking elsewhere: an origin's first copy
-        can only come from the origin, and cancelled, its bytes were sent for nothing (testbed, mixed lines
-        at a fifth, 4 peers: rounds 49.8 s with those cancels, 39.6 s without; bound 30.3 s). The piece
-        timeout still leaves a stalled holder; a new holder's report changes the version the cache keys on."""
+        """Requests whose holder is far slower than expected: cancel them, then report ``Failure.LOST``.
+        A piece on its way is cancelled only while another holder has it: an origin's first copy can only
+        come from the origin, and cancelled, its bytes were sent for nothing (testbed, mixed lines at a
+        fifth, 4 peers: rounds 49.8 s with those cancels; bound 30.3 s). A request with no reply yet is
+        cancelled as before: asked again on a fresh stream, a request lost on the way gets through. A new
+        holder's report changes the version the cache keys on."""
         version, until = self._none_overdue
         if version == self._version and now < until:
             return []
         late, first = [], math.inf
         for rid, r in self._requests.items():
-            if not self._held_elsewhere(r):
+            if r.piece is not None and not self._held_elsewhere(r.holder, r.piece):
                 continue
             expected = self._expected_seconds(self.holders[r.holder], 0)
             limit = max(self.config.overdue_floor, self.config.overdue_factor * expected)
@@ -383,11 +384,10 @@ class PieceScheduler:
         """The live holders of any of ``pieces``."""
         return set().union(*(self._holders_of[i] for i in pieces))
 
-    def _held_elsewhere(self, r: _InFlight) -> bool:
-        """Whether a live holder besides the one asked holds the piece it sends (or, before it named one,
-        any of the candidates)."""
-        pieces = r.candidates if r.piece is None else (r.piece,)
-        return any(len(self._holders_of[i]) > (r.holder in self._holders_of[i]) for i in pieces)
+    def _held_elsewhere(self, holder: str, piece: int) -> bool:
+        """Whether a live holder besides ``holder`` holds ``piece``."""
+        holders = self._holders_of[piece]
+        return len(holders) > (holder in holders)
 
     def _expected_seconds(self, h: _Holder, extra: int) -> float:
         rate = h.rate if h.rate is not None else self.config.prior_rate

@@ -138,12 +138,14 @@ def test_overdue_request_is_reported_after_its_expected_time() -> None:
     assert s.overdue(4.1) == [r.id]
 
 
-def test_a_request_for_pieces_nobody_else_holds_is_never_overdue() -> None:
-    """An origin's first copies can only come from the origin: cancelled, the bytes it sent were for
-    nothing. Once another holder reports the piece, the same request is overdue at once."""
+def test_a_piece_nobody_else_holds_is_not_cancelled_on_its_way() -> None:
+    """An origin's first copy can only come from the origin: cancelled mid-way, the bytes it sent were for
+    nothing. Once another holder reports the piece, the same request is overdue at once. A request with no
+    reply yet is overdue as before (asked again on a fresh stream, a request lost on the way gets through)."""
     s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, overdue_floor=1.0, overdue_factor=4.0))
     s.holder_has("origin", ALL, rate=PIECE_BYTES)
     (r,) = s.next_requests(0.0)
+    assert s.overdue(4.1) == [r.id]  # no reply yet
     assert s.piece_started(r.id, r.candidates[0], 0.1)
     assert s.overdue(60.0) == [] and s.overdue(60.0) == []
     s.holder_has("relay", set(range(piece_count(SIZE))) - {r.candidates[0]})  # not the piece it sends
