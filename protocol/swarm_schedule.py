@@ -33,7 +33,6 @@ Rules, and why:
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import math
 from collections.abc import Callable, Iterable
@@ -41,48 +40,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .pieces import PIECE_BYTES, piece_count, piece_span
+from .swarm_schedule_config import ALL, Failure, Request, ScheduleConfig
 
-ALL: Literal["all"] = "all"
-
-
-class Failure(enum.Enum):
-    BUSY = "busy"  # at its upload limit: back off, then try again
-    LOST = "lost"  # timeout, reset, cancelled as overdue: the holder keeps its chance after a back-off
-    LYING = "lying"  # bytes that fail verification, a piece not asked for: never asked again
-    GONE = "gone"  # does not have it after all, or is unreachable: dropped
-
-
-@dataclass(frozen=True)
-class ScheduleConfig:
-    max_in_flight: int = 1  # requests per holder at once (a session alternates request and reply)
-    # Candidates named per request (the wire's cap): wide, so a holder can always pick a piece it has not
-    # sent yet; they are reserved only until its reply names the piece (one round trip).
-    choices: int = 16
-    prior_rate: float = 1.0e6  # bytes/s assumed for a holder not yet measured
-    rate_smoothing: float = 0.5  # weight of the newest measurement in the moving average
-    backoff: float = 0.1  # seconds a BUSY or LOST holder rests
-    # A BUSY holder names when to come back (protocol/swarm_turns.py); we rest that long, at most this, so a
-    # holder that names an hour costs a fetch no more than this there.
-    max_rest: float = 2.0
-    overdue_factor: float = 4.0  # a request is overdue after this times its expected time ...
-    overdue_floor: float = 2.0  # ... and never before this many seconds
-
-    def __post_init__(self) -> None:
-        if self.max_in_flight < 1 or self.choices < 1:
-            raise ValueError("ScheduleConfig.max_in_flight and choices must be >= 1")
-        for name in ("prior_rate", "backoff", "max_rest", "overdue_factor", "overdue_floor"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"ScheduleConfig.{name} must be > 0")
-        if not 0 < self.rate_smoothing <= 1:
-            raise ValueError("ScheduleConfig.rate_smoothing must be in (0, 1]")
-
-
-@dataclass(frozen=True)
-class Request:
-    id: int
-    holder: str
-    candidates: tuple[int, ...]
-
+# The values a caller exchanges with the scheduler live in swarm_schedule_config.py; importable from here too.
+__all__ = ["ALL", "Failure", "PieceScheduler", "Request", "ScheduleConfig"]
 
 @dataclass
 class _Holder:
@@ -102,6 +63,11 @@ class _InFlight:
     sent_at: float
     piece: int | None = None
     started_at: float | None = None
+
+
+def _elapsed(r: _InFlight, now: float) -> float:
+    """Seconds the request's piece has been coming: since the holder named it, or since we asked."""
+    return max(now - (r.started_at if r.started_at is not None else r.sent_at), 1e-6)
 
 
 class PieceScheduler:
@@ -252,8 +218,7 @@ class PieceScheduler:
             return None
         h = self.holders[r.holder]
         nbytes = piece_span(self.size, r.piece)[1]
-        elapsed = max(now - (r.started_at if r.started_at is not None else r.sent_at), 1e-6)
-        measured = nbytes / elapsed
+        measured = nbytes / _elapsed(r, now)
         a = self.config.rate_smoothing
         h.rate = measured if h.rate is None else a * measured + (1 - a) * h.rate
         if r.piece not in self.have:
@@ -280,10 +245,8 @@ class PieceScheduler:
             # longer (with the prior's 2 s, a slow holder had every piece cancelled mid-way). A reply not
             # begun counts from the request: on a slow uplink the header waits behind piece bytes queued in
             # the holder's socket, and at 0.4 Mbit/s up no request ever began within the limit.
-            if r.piece is not None and r.started_at is not None:
-                ceiling = piece_span(self.size, r.piece)[1] / max(now - r.started_at, 1e-6)
-            else:
-                ceiling = PIECE_BYTES / max(now - r.sent_at, 1e-6)
+            nbytes = PIECE_BYTES if r.piece is None else piece_span(self.size, r.piece)[1]
+            ceiling = nbytes / _elapsed(r, now)
             h.rate = ceiling if h.rate is None else min(h.rate, ceiling)
 
     # --- views ---------------------------------------------------------------------------------------------
