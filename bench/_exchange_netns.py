@@ -71,12 +71,15 @@ def run_netns(args: argparse.Namespace) -> int:
         try:
             with Network(links) as net:
                 check = net.measure([0], 1, CHECK_SECONDS)
+                before = [net.uplink_counters(i) for i in range(n)]
                 per_peer = run_config(n, args.rounds, args.size, args.wall, net,
                                       extra=(*(("--pieces",) if args.pieces else ()),
                                              *(("--no-turns",) if args.no_turns else ()),
                                              *(("--log-level", "debug") if args.keep_logs else ())),
                                       results=results,
                                       log_dir=None if args.keep_logs is None else args.keep_logs / f"{n}")
+                sent = [{k: v - was[k] for k, v in net.uplink_counters(i).items()}
+                        for i, was in enumerate(before)]
         except BenchError as exc:
             rows.append({"peers": n, "error": str(exc)})
             print(f"{n} peers: FAILED: {exc}")
@@ -88,6 +91,10 @@ def run_netns(args: argparse.Namespace) -> int:
             "rate_scale": args.rate_scale,
             # Per peer, in link order: own announcement to holding all N-1 others (who waits for whom).
             "median_round_s_by_peer": [round(statistics.median(times), 2) for times in per_peer],
+            # Per peer, in link order: every byte its shaped uplink sent during the run (frames, headers,
+            # acknowledgements, gossip), in payloads per round, start-up and first round included.
+            "uplink_payloads_per_round": [round(c["bytes"] / (args.size * args.rounds), 2) for c in sent],
+            "uplink_drops": [c["drops"] for c in sent],
             "slowest_upload_mbit": up,
             "peer0_to_peer1_tcp_mbit": check["mbit"],
             "bound_s": bound,

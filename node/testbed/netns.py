@@ -287,6 +287,18 @@ class Network:
         return {"upload": _run(["tc", "-n", self.ns(i), "qdisc", "show", "dev", PEER_IF]).strip(),
                 "download": _run(["tc", "-n", self.hub, "qdisc", "show", "dev", f"p{i}"]).strip()}
 
+    def uplink_counters(self, i: int) -> dict[str, int]:
+        """What peer i's upload token bucket has done so far: ``bytes`` and ``packets`` sent, every frame
+        counted (payload, TCP/IP headers, acknowledgements of what it downloads, gossip), and ``drops``
+        (a full queue: each one a TCP retransmission). Against the payload bytes a peer served, they say
+        what its line carries besides them."""
+        out = _run(["tc", "-n", self.ns(i), "-s", "-j", "qdisc", "show", "dev", PEER_IF])
+        try:
+            root = next(q for q in json.loads(out) if q.get("root"))
+            return {name: int(root[name]) for name in ("bytes", "packets", "drops")}
+        except (json.JSONDecodeError, StopIteration, KeyError, TypeError, ValueError) as exc:
+            raise NetnsError(["tc", "-s", "-j", "qdisc", "show"], f"unreadable statistics: {exc}") from exc
+
     def measure(self, srcs: Sequence[int], dst: int, seconds: float = 4.0,
                 connect_timeout: float = 10.0) -> dict[str, float]:
         """Bulk TCP from each peer in ``srcs`` to ``dst`` at once (node/testbed/probe.py); the receiver's

@@ -47,3 +47,6 @@ def test_exchange_bench_at_half_the_profiles_rates(tmp_path: Path) -> None:
     assert row["bound_s"] == pytest.approx(0.96)  # 2 x 300 kB at 5 Mbit/s
     assert row["median_round_s"] >= 0.9 * row["bound_s"]
     assert 4.0 <= row["peer0_to_peer1_tcp_mbit"] <= 5.1
+    # Each author's uplink carried its payload to the 2 others plus frames' headers and the rest, not more
+    # than half as much again.
+    assert all(2.0 <= u <= 3.0 for u in row["uplink_payloads_per_round"]), row["uplink_payloads_per_round"]
