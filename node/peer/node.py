@@ -57,7 +57,7 @@ from .nat_traversal import NatTraversal, open_nat_traversal
 from .options import PeerError, PeerOptions
 from .outbox import Outbox
 from .output import Output
-from .payload_exchange import PayloadExchange
+from .payload_exchange import PayloadExchange, piece_fetch_timeout
 from .payloads import ByteCounters, DecodedPayloads
 from .rate_limit import GossipRates, forwarder_prefilter
 from .reachable import start_reachability
@@ -203,7 +203,8 @@ class PeerNode:
         store = PayloadStore(run_id, window_steps=window)
         counters = ByteCounters()
         exchange = PayloadExchange(host, store, counters, max_payload_bytes=cap,
-                                   fetch=opts.network.payload_fetch)
+                                   fetch=opts.network.payload_fetch,
+                                   fetch_timeout=piece_fetch_timeout(round_config))
         exchange.install()
         DialbackServer(host).install()
         return _Run(host, self_id, manifest, run_id, trainer, telemetry, round_config, exchange, counters,

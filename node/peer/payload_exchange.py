@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from distro_node.node.config.schema import PAYLOAD_FETCHES
 from distro_node.protocol.circuits import Kind
+from distro_node.protocol.consensus.config import RoundConfig
 from distro_node.protocol.fetch_plan import Route
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.partials import PartialPayloads
@@ -48,12 +49,23 @@ def routes(holders: list[ID], kind: Callable[[ID], Kind],
     return out
 
 
+def piece_fetch_timeout(rounds: RoundConfig) -> float:
+    """How long one piece fetch may run: as long as the round machine could still use its payload (the
+    collection, a leader's turn, then ``apply_timeout`` once decided), and never less than the protocol's
+    default. A fetch that gives up drops its pieces and the next try starts again, so with a fixed 60 s a
+    run whose rounds were lengthened for slow lines (32 peers on 20/2 Mbit with 1.77 MB payloads need over
+    200 s to exchange everything) could never finish a payload."""
+    useful = rounds.collect_timeout + rounds.leader_timeout + rounds.apply_timeout
+    return max(PiecesConfig.fetch_timeout, useful)
+
+
 class PayloadExchange:
     """The payload servers of one run, and one ``pull`` for the fetcher whichever protocol it uses."""
 
     def __init__(self, host: P2PHost, store: PayloadStore, counters: ByteCounters, *, max_payload_bytes: int,
-                 fetch: str) -> None:
-        """``counters``: bytes uploaded by either server, and bytes downloaded by ``pull``."""
+                 fetch: str, fetch_timeout: float = PiecesConfig.fetch_timeout) -> None:
+        """``counters``: bytes uploaded by either server, and bytes downloaded by ``pull``;
+        ``fetch_timeout``: one piece fetch's limit (:func:`piece_fetch_timeout` of the run's rounds)."""
         if fetch not in PAYLOAD_FETCHES:
             raise ValueError(f"payload fetch {fetch!r} is not one of {', '.join(PAYLOAD_FETCHES)}")
         self._host = host
@@ -61,7 +73,7 @@ class PayloadExchange:
         self._counters = counters
         self.fetch = fetch
         self.transfer = TransferConfig(max_payload_bytes=max_payload_bytes, attempt_timeout=20.0)
-        self.pieces = PiecesConfig(max_payload_bytes=max_payload_bytes)
+        self.pieces = PiecesConfig(max_payload_bytes=max_payload_bytes, fetch_timeout=fetch_timeout)
         self.partials = PartialPayloads()
         self.gate = HolderGate()  # one request to a holder at once over all our piece fetches
         self.rates = PeerRates()  # measured by our fetches, read by our server for first copies
