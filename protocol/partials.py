@@ -1,7 +1,10 @@
 """Payloads being fetched, piece by piece: what a peer serves before it has a whole payload.
 
-A fetcher opens an entry once it holds the verified piece-hash list, adds each piece after checking it, and
-closes the entry when the payload is complete (it then lives in the PayloadStore) or the fetch gave up.
+A fetcher takes an entry once it holds the verified piece-hash list (``acquire``), adds each piece after
+checking it, and closes the entry when the payload is complete (it then lives in the PayloadStore). A fetch
+that gave up releases its entry instead: the verified pieces stay, served to others, and the next fetch of
+that payload asks only for the rest (with the entry dropped, a retry downloaded every piece again). A
+released entry gives its place to a newer payload's when every place is taken, the oldest step first.
 Pieces are kept as they arrive, so memory grows with what was received, never with what a peer claimed.
 ``changed`` wakes the server's long-polling HAVE requests whenever anything here moves.
 """
@@ -48,25 +51,54 @@ class PartialPayloads:
     def __init__(self, max_entries: int = 64) -> None:
         self.max_entries = max_entries
         self._entries: dict[tuple[int, bytes], PartialPayload] = {}
+        self._users: dict[tuple[int, bytes], int] = {}  # fetches working on an entry now
         self._changed = trio.Event()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def open(self, step: int, root: bytes, size: int, hashes: list[bytes]) -> PartialPayload:
+        """A new entry for the payload (replacing one it had), unregistered when every place is taken."""
         entry = PartialPayload(size, hashes)
         key = (step, bytes(root))
+        if key not in self._entries and len(self._entries) >= self.max_entries:
+            self._evict_released()
         if key in self._entries or len(self._entries) < self.max_entries:
             self._entries[key] = entry
             self.notify()
         return entry
 
+    def acquire(self, step: int, root: bytes, size: int, hashes: list[bytes]) -> PartialPayload:
+        """The entry a fetch works on: the one an earlier fetch of this payload left, with its pieces, else a
+        new one. ``hashes`` must be the list verified against ``root`` (so equal to a kept entry's)."""
+        key = (step, bytes(root))
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self.open(step, root, size, hashes)
+        if self._entries.get(key) is entry:
+            self._users[key] = self._users.get(key, 0) + 1
+        return entry
+
+    def release(self, step: int, root: bytes) -> None:
+        """A fetch of this payload gave up: its pieces stay until a newer payload needs the place."""
+        key = (step, bytes(root))
+        left = self._users.pop(key, 0) - 1
+        if left > 0:
+            self._users[key] = left
+
     def get(self, step: int, root: bytes) -> PartialPayload | None:
         return self._entries.get((step, bytes(root)))
 
     def close(self, step: int, root: bytes) -> None:
+        self._users.pop((step, bytes(root)), None)
         if self._entries.pop((step, bytes(root)), None) is not None:
             self.notify()
+
+    def _evict_released(self) -> None:
+        """Drop the released entry of the oldest step, if any (one no fetch is working on)."""
+        released = [key for key in self._entries if key not in self._users]
+        if released:
+            self.close(*min(released))
 
     def notify(self) -> None:
         """Something changed (a piece, an entry): wake every waiter."""

@@ -120,7 +120,7 @@ class _Fetch:
         if self.part is not None and self.sched is not None and self.sched.complete:
             return self.part.assemble()
         if self.part is not None:
-            self.partials.close(self.request.step, self.request.root)
+            self.partials.release(self.request.step, self.request.root)  # its pieces stay for the next try
         return None
 
     def poke(self) -> None:
@@ -308,8 +308,8 @@ class _Fetch:
     def _start(self, size: int, hashes: list[bytes], *, register: bool) -> None:
         self.size, self.count = size, piece_count(size)
         step, root = self.request.step, self.request.root
-        self.part = (self.partials.get(step, root) or self.partials.open(step, root, size, hashes)
-                     if register else PartialPayload(size, hashes))
+        self.part = (self.partials.acquire(step, root, size, hashes) if register
+                     else PartialPayload(size, hashes))
         self.sched = PieceScheduler(size, have=self.part.have, config=self.cfg.schedule,
                                     order_key=self.host.peer_id.to_bytes() + root)
         self._by_root = not register

@@ -52,9 +52,10 @@ def routes(holders: list[ID], kind: Callable[[ID], Kind],
 def piece_fetch_timeout(rounds: RoundConfig) -> float:
     """How long one piece fetch may run: as long as the round machine could still use its payload (the
     collection, a leader's turn, then ``apply_timeout`` once decided), and never less than the protocol's
-    default. A fetch that gives up drops its pieces and the next try starts again, so with a fixed 60 s a
-    run whose rounds were lengthened for slow lines (32 peers on 20/2 Mbit with 1.77 MB payloads need over
-    200 s to exchange everything) could never finish a payload."""
+    default. With a fixed 60 s, a run whose rounds were lengthened for slow lines (32 peers on 20/2 Mbit
+    with 1.77 MB payloads need over 200 s to exchange everything) cut its fetches off every minute: the
+    pieces stay (protocol/partials.py), but the next try opens new sessions and starts its scheduler from
+    nothing (no holder's have-map, rate or turn)."""
     useful = rounds.collect_timeout + rounds.leader_timeout + rounds.apply_timeout
     return max(PiecesConfig.fetch_timeout, useful)
 

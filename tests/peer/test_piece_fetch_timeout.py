@@ -1,6 +1,5 @@
-"""One piece fetch's limit follows the run's rounds (node/peer/payload_exchange.py): a fetch that gives up
-drops its pieces, so a limit shorter than the time a round can still use the payload wastes what slow lines
-already carried."""
+"""One piece fetch's limit follows the run's rounds (node/peer/payload_exchange.py): a limit shorter than the
+time a round can still use the payload cuts slow lines' fetches off and starts them over."""
 
 from __future__ import annotations
 
