@@ -46,10 +46,14 @@ class PartialPayload:
 
 
 class PartialPayloads:
-    """Open partial payloads by (step, root); at most ``max_entries`` (a fetch beyond it is not served)."""
+    """Open partial payloads by (step, root); at most ``max_entries`` (a fetch beyond it is not served), of
+    which at most ``max_released`` no fetch works on (each holds up to a payload's bytes until evicted)."""
 
-    def __init__(self, max_entries: int = 64) -> None:
+    def __init__(self, max_entries: int = 64, max_released: int = 8) -> None:
+        if max_entries < 1 or max_released < 0:
+            raise ValueError("PartialPayloads needs max_entries >= 1 and max_released >= 0")
         self.max_entries = max_entries
+        self.max_released = max_released
         self._entries: dict[tuple[int, bytes], PartialPayload] = {}
         self._users: dict[tuple[int, bytes], int] = {}  # fetches working on an entry now
         self._changed = trio.Event()
@@ -80,11 +84,14 @@ class PartialPayloads:
         return entry
 
     def release(self, step: int, root: bytes) -> None:
-        """A fetch of this payload gave up: its pieces stay until a newer payload needs the place."""
+        """A fetch of this payload gave up: its pieces stay until a newer payload needs the place, or more
+        than ``max_released`` entries wait so (the oldest step goes first)."""
         key = (step, bytes(root))
         left = self._users.pop(key, 0) - 1
         if left > 0:
             self._users[key] = left
+        while sum(key not in self._users for key in self._entries) > self.max_released:
+            self._evict_released()
 
     def get(self, step: int, root: bytes) -> PartialPayload | None:
         return self._entries.get((step, bytes(root)))

@@ -3,6 +3,7 @@ and a released entry makes room for a newer payload's, never one a fetch is work
 
 from __future__ import annotations
 
+import pytest
 from distro_node.protocol.partials import PartialPayloads
 from distro_node.protocol.pieces import PIECE_BYTES, piece_hashes, piece_span
 
@@ -51,3 +52,20 @@ def test_an_entry_two_fetches_share_stays_in_use_until_both_released() -> None:
     partials.release(1, b"a" * 32)
     partials.acquire(2, b"b" * 32, len(DATA), HASHES)
     assert partials.get(1, b"a" * 32) is None and partials.get(2, b"b" * 32) is not None
+
+
+def test_at_most_max_released_entries_wait_for_a_next_fetch() -> None:
+    partials = PartialPayloads(max_entries=8, max_released=2)
+    for step in (4, 2, 6):
+        partials.acquire(step, b"r" * 32, len(DATA), HASHES)
+    for step in (4, 2, 6):
+        partials.release(step, b"r" * 32)
+    assert partials.get(2, b"r" * 32) is None  # the oldest step went
+    assert partials.get(4, b"r" * 32) is not None and partials.get(6, b"r" * 32) is not None
+
+
+def test_bad_limits_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_released"):
+        PartialPayloads(max_released=-1)
+    with pytest.raises(ValueError, match="max_entries"):
+        PartialPayloads(max_entries=0)
