@@ -66,7 +66,9 @@ class PartialPayloads:
         entry = PartialPayload(size, hashes)
         key = (step, bytes(root))
         if key not in self._entries and len(self._entries) >= self.max_entries:
-            self._evict_released()
+            released = self._released()
+            if released:
+                self.close(*released[0])
         if key in self._entries or len(self._entries) < self.max_entries:
             self._entries[key] = entry
             self.notify()
@@ -90,8 +92,9 @@ class PartialPayloads:
         left = self._users.pop(key, 0) - 1
         if left > 0:
             self._users[key] = left
-        while sum(key not in self._users for key in self._entries) > self.max_released:
-            self._evict_released()
+        released = self._released()
+        for old in released[: max(0, len(released) - self.max_released)]:
+            self.close(*old)
 
     def get(self, step: int, root: bytes) -> PartialPayload | None:
         return self._entries.get((step, bytes(root)))
@@ -101,11 +104,9 @@ class PartialPayloads:
         if self._entries.pop((step, bytes(root)), None) is not None:
             self.notify()
 
-    def _evict_released(self) -> None:
-        """Drop the released entry of the oldest step, if any (one no fetch is working on)."""
-        released = [key for key in self._entries if key not in self._users]
-        if released:
-            self.close(*min(released))
+    def _released(self) -> list[tuple[int, bytes]]:
+        """The entries no fetch is working on, oldest step first (the order they give their place in)."""
+        return sorted(key for key in self._entries if key not in self._users)
 
     def notify(self) -> None:
         """Something changed (a piece, an entry): wake every waiter."""
