@@ -50,7 +50,10 @@ def _swarm_figures(peers: int, rounds: int, size: int, results: list[dict[str, A
             # per round (an origin that sends each of its pieces once and relays nothing has 1.0).
             "uploaded_payloads_per_round": [round(u / (size * rounds), 2) for u in uploaded],
             "cpu_s_per_round": round(cpu, 2), "cores": os.cpu_count(),
-            "refused_per_piece": round(refused / pieces, 2)}
+            "refused_per_piece": round(refused / pieces, 2),
+            # Per peer, in link order: piece uploads it began that the fetcher gave up on, per round; the
+            # bytes they had sent carried nothing (protocol/swarm_fetch.py ``_known_rate``).
+            "uploads_cut_per_round": [round(r.get("cut", 0) / rounds, 2) for r in results]}
 
 
 def run_netns(args: argparse.Namespace) -> int:

@@ -190,7 +190,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
             nursery.cancel_scope.cancel()
         moved = {} if swarm is None else {"downloaded": swarm.stats.downloaded,
                                           "uploaded": swarm.server.uploaded_bytes,
-                                          "refused": swarm.server.busy,
+                                          "refused": swarm.server.busy, "cut": swarm.server.uploads_cut,
                                           "cpu_s": round(time.process_time(), 3)}
         print(json.dumps({"times": times, "timed_out": rc != 0, **moved}), flush=True)
         return rc

@@ -74,6 +74,7 @@ class PiecesServer:
         self.pieces_served = 0
         self.bad_requests = 0
         self.busy = 0
+        self.uploads_cut = 0  # pieces begun and not finished: the bytes sent were for nothing
         self.last_request_at: float | None = None  # trio time of the last well-formed request (leaving.py)
 
     def install(self) -> None:
@@ -263,6 +264,8 @@ class PiecesServer:
             self.uploads_in_progress -= 1
             ended = trio.current_time()
             self.waitlist.finished(upload, ended, complete=ok)
+            if not ok:
+                self.uploads_cut += 1
             if key in self._own:
                 self.first_copies.asked(fetcher, ended)
             self._slot_freed.unpark_all()

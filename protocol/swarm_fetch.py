@@ -123,6 +123,12 @@ class _Fetch:
             self.partials.release(self.request.step, self.request.root)  # its pieces stay for the next try
         return None
 
+    def _known_rate(self, peer: str) -> float | None:
+        """What earlier fetches measured from ``peer``: a new fetch starts that holder from it, not from the
+        1 MB/s prior, so a slow holder's first request here is neither ranked first nor cancelled at the
+        prior's limit while its reply still waits in its uplink's queue (the piece it had begun, wasted)."""
+        return None if self.rates is None else self.rates.known(peer)
+
     def poke(self) -> None:
         self._changed.set()
 
@@ -263,7 +269,8 @@ class _Fetch:
                     with trio.move_on_after(self.cfg.have_wait):
                         await self._listed.wait()
             if complete:
-                self.sched.holder_has(peer, ALL, conn_class=self.conn_class(lane.holder))
+                self.sched.holder_has(peer, ALL, conn_class=self.conn_class(lane.holder),
+                                      rate=self._known_rate(peer))
                 self.poke()
             while not self.sched.complete:
                 req, lane.pending = lane.pending, None
@@ -355,7 +362,8 @@ class _Fetch:
             have = decode_bitfield(count, await read_exactly(stream, (count + 7) // 8))
         lane.known = len(have)
         if self.sched is not None:
-            self.sched.holder_has(peer, have, conn_class=self.conn_class(lane.holder), uploads=uploads)
+            self.sched.holder_has(peer, have, conn_class=self.conn_class(lane.holder), uploads=uploads,
+                                  rate=self._known_rate(peer))
         self.poke()
 
     async def _piece(self, stream: BufferedStream, peer: str, lane: Lane, req: Request, *,

@@ -52,6 +52,11 @@ class PeerRates:
         """The peer's rate; 0.0 when never measured."""
         return self._rates.get(peer, 0.0)
 
+    def known(self, peer: str) -> float | None:
+        """The peer's rate, None when never measured: what a new fetch's scheduler starts that holder
+        from (protocol/swarm_schedule.py ``holder_has``), where it would otherwise assume its prior."""
+        return self._rates.get(peer)
+
 
 class FirstCopies:
     """One origin's side of the rule in the module docstring. ``factor`` <= 0 turns it off."""

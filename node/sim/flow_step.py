@@ -170,11 +170,12 @@ class _Exchange:
         sched = PieceScheduler(self.spec.payload_bytes, config=self.spec.schedule,
                                order_key=f"{fetcher}:{author}".encode())
         self.sched[key] = sched
-        sched.holder_has(str(author), ALL)
+        known = self.rates[fetcher].known
+        sched.holder_has(str(author), ALL, rate=known(str(author)))
         for holder in self.spec.neighbours[fetcher]:
             if holder != author:
                 sched.holder_has(str(holder), self.have[holder].get(author, set()),
-                                 uploads=self.uploading[holder])
+                                 uploads=self.uploading[holder], rate=known(str(holder)))
         self._ask(fetcher, author)
 
     def _ask(self, fetcher: int, author: int) -> None:
@@ -348,7 +349,8 @@ class _Exchange:
         sched = self.sched[(fetcher, author)]
         if sched.complete:
             return
-        sched.holder_has(self.names[holder], have, uploads=self.uploading[holder])
+        sched.holder_has(self.names[holder], have, uploads=self.uploading[holder],
+                         rate=self.rates[fetcher].known(self.names[holder]))
         unheard = self.unheard.get((fetcher, author))
         if unheard is not None:
             unheard.told(holder, have)
