@@ -74,7 +74,17 @@ def machine_info() -> dict[str, Any]:
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": None if status is None else bool(status),
         "loadavg_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        # New network namespaces (the testbed's) inherit it: with bbr the testbed's 50 ms queues dropped
+        # thousands of frames on home uplinks a run where cubic dropped none (docs/benchmarks.md).
+        "tcp_congestion_control": _read_text("/proc/sys/net/ipv4/tcp_congestion_control"),
     }
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
 
 
 def write_json(path: Path, results: Mapping[str, Any]) -> Path:
