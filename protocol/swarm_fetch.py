@@ -386,7 +386,7 @@ class _Fetch:
                 if status != Status.OK:
                     raise refusal(status, peer)
                 index, length = PIECE_HEADER.unpack(await read_exactly(stream, PIECE_HEADER.size))
-                if not sched.piece_started(req.id, index, trio.current_time()):
+                if not sched.piece_started(req.id, index):
                     raise MalformedReplyError(f"sent piece {index}, not one of {list(req.candidates)}", peer)
                 want = piece_span(self.size, index)[1]
                 if length != want:

@@ -274,7 +274,7 @@ class _Exchange:
         started = self.started[holder].setdefault(author, {})
         started[got] = started.get(got, 0) + 1
         self.uploading[holder] += 1
-        self.sched[(fetcher, author)].piece_started(rid, got, self.net.now)
+        self.sched[(fetcher, author)].piece_started(rid, got)
         size = piece_span(self.spec.payload_bytes, got)[1]
         transfer = Transfer(holder, fetcher, size, tag=(author, got, rid))
         self.moving[(fetcher, author, rid)] = transfer
