@@ -75,6 +75,7 @@ def run_netns(args: argparse.Namespace) -> int:
             with Network(links) as net:
                 check = net.measure([0], 1, CHECK_SECONDS)
                 before = [net.uplink_counters(i) for i in range(n)]
+                before_down = [net.downlink_counters(i)["drops"] for i in range(n)]
                 per_peer = run_config(n, args.rounds, args.size, args.wall, net,
                                       extra=(*(("--pieces",) if args.pieces else ()),
                                              *(("--no-turns",) if args.no_turns else ()),
@@ -83,6 +84,7 @@ def run_netns(args: argparse.Namespace) -> int:
                                       log_dir=None if args.keep_logs is None else args.keep_logs / f"{n}")
                 sent = [{k: v - was[k] for k, v in net.uplink_counters(i).items()}
                         for i, was in enumerate(before)]
+                dropped_down = [net.downlink_counters(i)["drops"] - was for i, was in enumerate(before_down)]
         except BenchError as exc:
             rows.append({"peers": n, "error": str(exc)})
             print(f"{n} peers: FAILED: {exc}")
@@ -98,6 +100,9 @@ def run_netns(args: argparse.Namespace) -> int:
             # acknowledgements, gossip), in payloads per round, start-up and first round included.
             "uplink_payloads_per_round": [round(c["bytes"] / (args.size * args.rounds), 2) for c in sent],
             "uplink_drops": [c["drops"] for c in sent],
+            # Frames dropped on the way to each peer: each hole has the peer acknowledge every segment
+            # until it is filled, on its own uplink.
+            "downlink_drops": dropped_down,
             "slowest_upload_mbit": up,
             "peer0_to_peer1_tcp_mbit": check["mbit"],
             "bound_s": bound,

@@ -179,6 +179,16 @@ def ready_for_bench(name: str) -> bool:
     return True
 
 
+def _tbf_counters(ns: str, dev: str) -> dict[str, int]:
+    """``bytes``, ``packets`` and ``drops`` of the root qdisc of ``dev`` in namespace ``ns``."""
+    out = _run(["tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev])
+    try:
+        root = next(q for q in json.loads(out) if q.get("root"))
+        return {name: int(root[name]) for name in ("bytes", "packets", "drops")}
+    except (json.JSONDecodeError, StopIteration, KeyError, TypeError, ValueError) as exc:
+        raise NetnsError(["tc", "-s", "-j", "qdisc", "show"], f"unreadable statistics: {exc}") from exc
+
+
 def sweep_stale() -> list[str]:
     """Delete testbed namespaces (``dn<pid>x...``) whose creating process is gone (a run killed hard)."""
     removed = []
@@ -292,12 +302,13 @@ class Network:
         counted (payload, TCP/IP headers, acknowledgements of what it downloads, gossip), and ``drops``
         (a full queue: each one a TCP retransmission). Against the payload bytes a peer served, they say
         what its line carries besides them."""
-        out = _run(["tc", "-n", self.ns(i), "-s", "-j", "qdisc", "show", "dev", PEER_IF])
-        try:
-            root = next(q for q in json.loads(out) if q.get("root"))
-            return {name: int(root[name]) for name in ("bytes", "packets", "drops")}
-        except (json.JSONDecodeError, StopIteration, KeyError, TypeError, ValueError) as exc:
-            raise NetnsError(["tc", "-s", "-j", "qdisc", "show"], f"unreadable statistics: {exc}") from exc
+        return _tbf_counters(self.ns(i), PEER_IF)
+
+    def downlink_counters(self, i: int) -> dict[str, int]:
+        """The same for peer i's download bucket (the hub's end). Its drops matter to the uplink too: each
+        hole in what a peer receives has it acknowledge every segment until the hole is filled."""
+        return _tbf_counters(self.hub, f"p{i}")
+
 
     def measure(self, srcs: Sequence[int], dst: int, seconds: float = 4.0,
                 connect_timeout: float = 10.0) -> dict[str, float]:

@@ -50,3 +50,6 @@ def test_exchange_bench_at_half_the_profiles_rates(tmp_path: Path) -> None:
     # Each author's uplink carried its payload to the 2 others plus frames' headers and the rest, not more
     # than half as much again.
     assert all(2.0 <= u <= 3.0 for u in row["uplink_payloads_per_round"]), row["uplink_payloads_per_round"]
+    # Read from each peer's download bucket: a count for every peer (a 50 Mbit/s downlink fed by two 5
+    # Mbit/s uplinks has no reason to drop many).
+    assert len(row["downlink_drops"]) == 3 and all(0 <= d < 1000 for d in row["downlink_drops"])
