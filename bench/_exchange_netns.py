@@ -23,7 +23,14 @@ from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
 from _exchange_run import run_config, summarize
-from distro_node.node.testbed.netns import Network, profile_links, profile_name, ready_for_bench, tbf_args
+from distro_node.node.testbed.netns import (
+    Network,
+    congestion_controls,
+    profile_links,
+    profile_name,
+    ready_for_bench,
+    tbf_args,
+)
 from distro_node.protocol.pieces import piece_count
 from distro_node.protocol.pieces_wire import PIECES_PROTOCOL
 from distro_node.protocol.transfer import PAYLOAD_PROTOCOL
@@ -65,14 +72,20 @@ def run_netns(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
+    if args.tcp_congestion is not None and args.tcp_congestion not in congestion_controls():
+        print(f"error: --tcp-congestion {args.tcp_congestion!r} is not one of "
+              f"{sorted(congestion_controls())}")
+        return 2
     name = profile_name(args.netns, args.rate_scale)
+    if args.tcp_congestion is not None:  # never under the name of the host's own congestion control's runs
+        name += f"+{args.tcp_congestion}"
     rows: list[dict[str, Any]] = []
     for n in counts:
         links = profile_links(args.netns, n, args.rate_scale)
         up = min(link.up_mbit for link in links)
         results: list[dict[str, Any]] = []
         try:
-            with Network(links) as net:
+            with Network(links, tcp_congestion=args.tcp_congestion) as net:
                 check = net.measure([0], 1, CHECK_SECONDS)
                 before = [net.uplink_counters(i) for i in range(n)]
                 before_down = [net.downlink_counters(i)["drops"] for i in range(n)]
@@ -100,6 +113,7 @@ def run_netns(args: argparse.Namespace) -> int:
             # acknowledgements, gossip), in payloads per round, start-up and first round included.
             "uplink_payloads_per_round": [round(c["bytes"] / (args.size * args.rounds), 2) for c in sent],
             "uplink_drops": [c["drops"] for c in sent],
+            "tcp_congestion": args.tcp_congestion,  # None: the host's, machine.tcp_congestion_control
             # Frames dropped on the way to each peer: each hole has the peer acknowledge every segment
             # until it is filled, on its own uplink.
             "downlink_drops": dropped_down,

@@ -58,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --netns: every link at F times the profile's rates (0 < F <= 1; results "
                          "under PROFILE@F): a machine with fewer cores than peers measures the schedule, "
                          "not its CPU (node/testbed/netns.py, profile_links)")
+    ap.add_argument("--tcp-congestion", default=None, metavar="NAME",
+                    help="with --netns: every peer's namespace sends with this TCP congestion control "
+                         "(e.g. cubic; results under PROFILE+NAME); default: what namespaces inherit from "
+                         "the host, recorded in the JSON's machine section")
     ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                     help="with --netns: each peer's stderr (DEBUG for the piece fetch) in DIR/N/peerI.log")
     ap.add_argument("--hivemind-python", type=Path, default=None, metavar="PATH",
@@ -69,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--no-turns needs --pieces")
     if args.rate_scale != 1.0 and args.netns is None:
         ap.error("--rate-scale needs --netns PROFILE")
+    if args.tcp_congestion is not None and args.netns is None:
+        ap.error("--tcp-congestion needs --netns PROFILE")
     if args.netns is not None:
         return run_netns(args)
     if args.pieces:

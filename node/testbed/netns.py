@@ -130,6 +130,15 @@ def available() -> str | None:
     return None
 
 
+def congestion_controls() -> set[str]:
+    """The TCP congestion controls this kernel offers (empty when it does not say)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+            return set(f.read().split())
+    except OSError:
+        return set()
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -212,10 +221,16 @@ class Network:
     """
 
     def __init__(self, links: Sequence[Link], nats: Mapping[int, Nat] | None = None, *,
-                 subnet: str = SUBNET) -> None:
+                 subnet: str = SUBNET, tcp_congestion: str | None = None) -> None:
+        """``tcp_congestion``: the TCP congestion control every peer's namespace sends with (``cubic``, the
+        default of most volunteers' systems); None keeps what new namespaces inherit from the host."""
         why = available() or (nat.available() if nats else None)
         if why is not None:
             raise NetnsError(["ip", "netns"], why)
+        if tcp_congestion is not None and tcp_congestion not in congestion_controls():
+            raise ValueError(f"tcp_congestion: {tcp_congestion!r} is not one of this kernel's "
+                             f"{sorted(congestion_controls())}")
+        self.tcp_congestion = tcp_congestion
         if not 1 <= len(links) <= MAX_PEERS:
             raise ValueError(f"links: need 1..{MAX_PEERS} peers, got {len(links)}")
         self.nats = dict(nats or {})
@@ -272,6 +287,9 @@ class Network:
         for i, link in enumerate(self.links):
             ns, port = self.ns(i), f"p{i}"
             self._add_ns(ns)
+            if self.tcp_congestion is not None:
+                _run(["ip", "netns", "exec", ns, "sysctl", "-qw",
+                      f"net.ipv4.tcp_congestion_control={self.tcp_congestion}"])
             if i in self.nats:
                 nat.plumb(i, self.nats[i], peer=ns, router=self.router_ns(i), hub=self.hub,
                           public=f"{self.address(i)}/{PREFIX_LEN}", peer_if=PEER_IF, add_ns=self._add_ns)

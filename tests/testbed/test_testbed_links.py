@@ -6,7 +6,14 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from distro_node.node.testbed.netns import GIGABIT, HOME, NetnsError, Network, profile_links
+from distro_node.node.testbed.netns import (
+    GIGABIT,
+    HOME,
+    NetnsError,
+    Network,
+    congestion_controls,
+    profile_links,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
 
@@ -45,3 +52,17 @@ def test_cut_and_partition_block_traffic_until_healed() -> None:
         assert _reachable(net, 0, 1) and _reachable(net, 2, 3)
         net.heal()
         assert _reachable(net, 0, 3) and _reachable(net, 2, 1)
+
+
+def test_peers_send_with_the_congestion_control_asked_for() -> None:
+    """The testbed's namespaces inherit the host's congestion control unless one is named (a host on bbr
+    had the testbed's shallow queues drop 10-16 times the frames cubic did, docs/benchmarks.md)."""
+    if "cubic" not in congestion_controls():
+        pytest.skip("this kernel offers no cubic")
+    with Network([HOME, HOME], tcp_congestion="cubic") as net:
+        for i in range(2):
+            got = subprocess.run([*net.exec_prefix(i), "sysctl", "-n", "net.ipv4.tcp_congestion_control"],
+                                 capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+            assert got == "cubic"
+    with pytest.raises(ValueError, match="tcp_congestion"):
+        Network([HOME], tcp_congestion="no-such-control")
