@@ -242,15 +242,22 @@ async def expect_ok(stream: ByteReader, peer: str) -> None:
         raise refusal(status, peer)
 
 
+async def _found(stream: ByteReader, peer: str) -> bool:
+    """A reply's status: True for OK, False for NOT_FOUND (the holder has nothing yet), else its refusal."""
+    (status,) = await read_exactly(stream, 1)
+    if status == Status.NOT_FOUND:
+        return False
+    if status != Status.OK:
+        raise refusal(status, peer)
+    return True
+
+
 async def read_hash_list(stream: ByteReader, peer: str, *, cap: int, announced: int | None,
                          root: bytes) -> tuple[int, list[bytes]] | None:
     """A HASHES reply: the payload size and its piece hashes, checked against the cap, the announced size
     and the root before the fetcher trusts any of it; None when the holder does not have the list."""
-    (status,) = await read_exactly(stream, 1)
-    if status == Status.NOT_FOUND:
+    if not await _found(stream, peer):
         return None
-    if status != Status.OK:
-        raise refusal(status, peer)
     size, count = HASHES_HEADER.unpack(await read_exactly(stream, HASHES_HEADER.size))
     if not 0 <= size <= cap:
         raise PayloadTooLargeError(f"list for {size} bytes, cap is {cap}", peer)
@@ -262,3 +269,27 @@ async def read_hash_list(stream: ByteReader, peer: str, *, cap: int, announced: 
     if root_of(size, hashes) != root:
         raise HashMismatchError("piece-hash list does not match the root", peer)
     return size, hashes
+
+
+async def read_have_reply(stream: ByteReader, peer: str, count: int) -> tuple[int, set[int]] | None:
+    """A HAVE reply: the holder's uploads in progress and the pieces it holds; None when it holds nothing
+    yet. A have-map for another piece count is malformed."""
+    if not await _found(stream, peer):
+        return None
+    uploads, got = HAVE_HEADER.unpack(await read_exactly(stream, HAVE_HEADER.size))
+    if got != count:
+        raise MalformedReplyError(f"have-map of {got} pieces for a payload of {count}", peer)
+    return uploads, decode_bitfield(count, await read_exactly(stream, (count + 7) // 8))
+
+
+async def read_piece_header(stream: ByteReader, peer: str) -> tuple[int, int] | float:
+    """The head of a PIECE reply: (index, length) of the piece that follows, or, from a BUSY holder, the
+    seconds it said to wait before asking again."""
+    (status,) = await read_exactly(stream, 1)
+    if status == Status.BUSY:
+        (wait_ms,) = U16.unpack(await read_exactly(stream, U16.size))
+        return int(wait_ms) / 1000
+    if status != Status.OK:
+        raise refusal(status, peer)
+    index, length = PIECE_HEADER.unpack(await read_exactly(stream, PIECE_HEADER.size))
+    return int(index), int(length)

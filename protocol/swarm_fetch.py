@@ -34,19 +34,15 @@ from .host import P2PHost
 from .partials import PartialPayload, PartialPayloads
 from .pieces import piece_count, piece_matches, piece_span
 from .pieces_wire import (
-    HAVE_HEADER,
-    PIECE_HEADER,
     PIECES_PROTOCOL,
-    U16,
     Kind,
     Message,
     PiecesConfig,
     SessionOpen,
-    Status,
-    decode_bitfield,
     expect_ok,
     read_hash_list,
-    refusal,
+    read_have_reply,
+    read_piece_header,
 )
 from .rpc import client_stream
 from .store import PayloadStore
@@ -351,15 +347,10 @@ class _Fetch:
 
     async def _have_reply(self, stream: BufferedStream, peer: str, lane: Lane) -> None:
         with trio.fail_after(self.cfg.have_wait + self.cfg.piece_timeout):
-            (status,) = await read_exactly(stream, 1)
-            if status == Status.NOT_FOUND:
-                return  # nothing yet; ask again
-            if status != Status.OK:
-                raise refusal(status, peer)
-            uploads, count = HAVE_HEADER.unpack(await read_exactly(stream, HAVE_HEADER.size))
-            if count != self.count:
-                raise MalformedReplyError(f"have-map of {count} pieces for a payload of {self.count}", peer)
-            have = decode_bitfield(count, await read_exactly(stream, (count + 7) // 8))
+            reply = await read_have_reply(stream, peer, self.count)
+        if reply is None:
+            return  # nothing yet; ask again
+        uploads, have = reply
         lane.known = len(have)
         if self.sched is not None:
             self.sched.holder_has(peer, have, conn_class=self.conn_class(lane.holder), uploads=uploads,
@@ -376,16 +367,12 @@ class _Fetch:
             if not sent:
                 await stream.write(Message(Kind.PIECE, choices=req.candidates).encode())
             with trio.fail_after(self.cfg.piece_timeout):
-                (status,) = await read_exactly(stream, 1)
-                if status == Status.BUSY:
-                    (wait_ms,) = U16.unpack(await read_exactly(stream, U16.size))
-                    now = trio.current_time()
-                    sched.request_failed(req.id, now, Failure.BUSY, retry_after=wait_ms / 1000)
+                head = await read_piece_header(stream, peer)
+                if isinstance(head, float):  # BUSY: rest there as long as it said
+                    sched.request_failed(req.id, trio.current_time(), Failure.BUSY, retry_after=head)
                     self.poke()
                     return
-                if status != Status.OK:
-                    raise refusal(status, peer)
-                index, length = PIECE_HEADER.unpack(await read_exactly(stream, PIECE_HEADER.size))
+                index, length = head
                 if not sched.piece_started(req.id, index):
                     raise MalformedReplyError(f"sent piece {index}, not one of {list(req.candidates)}", peer)
                 want = piece_span(self.size, index)[1]
