@@ -25,7 +25,7 @@ from _common import RESULTS_DIR, BenchError, write_json
 from _exchange_run import run_config, summarize
 from distro_node.node.testbed.netns import (
     Network,
-    congestion_controls,
+    check_congestion_control,
     profile_links,
     profile_name,
     ready_for_bench,
@@ -69,12 +69,9 @@ def run_netns(args: argparse.Namespace) -> int:
     try:
         counts = [int(x) for x in args.peers.split(",")]
         profile_links(args.netns, 2, args.rate_scale)
+        check_congestion_control(args.tcp_congestion)
     except ValueError as exc:
         print(f"error: {exc}")
-        return 2
-    if args.tcp_congestion is not None and args.tcp_congestion not in congestion_controls():
-        print(f"error: --tcp-congestion {args.tcp_congestion!r} is not one of "
-              f"{sorted(congestion_controls())}")
         return 2
     name = profile_name(args.netns, args.rate_scale)
     if args.tcp_congestion is not None:  # never under the name of the host's own congestion control's runs

@@ -139,6 +139,13 @@ def congestion_controls() -> set[str]:
         return set()
 
 
+def check_congestion_control(name: str | None) -> None:
+    """ValueError naming ``tcp_congestion`` unless ``name`` is None (the host's) or one this kernel offers."""
+    if name is not None and name not in congestion_controls():
+        raise ValueError(f"tcp_congestion: {name!r} is not one of this kernel's "
+                         f"{sorted(congestion_controls())}")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -227,9 +234,7 @@ class Network:
         why = available() or (nat.available() if nats else None)
         if why is not None:
             raise NetnsError(["ip", "netns"], why)
-        if tcp_congestion is not None and tcp_congestion not in congestion_controls():
-            raise ValueError(f"tcp_congestion: {tcp_congestion!r} is not one of this kernel's "
-                             f"{sorted(congestion_controls())}")
+        check_congestion_control(tcp_congestion)
         self.tcp_congestion = tcp_congestion
         if not 1 <= len(links) <= MAX_PEERS:
             raise ValueError(f"links: need 1..{MAX_PEERS} peers, got {len(links)}")
@@ -326,7 +331,6 @@ class Network:
         """The same for peer i's download bucket (the hub's end). Its drops matter to the uplink too: each
         hole in what a peer receives has it acknowledge every segment until the hole is filled."""
         return _tbf_counters(self.hub, f"p{i}")
-
 
     def measure(self, srcs: Sequence[int], dst: int, seconds: float = 4.0,
                 connect_timeout: float = 10.0) -> dict[str, float]:
