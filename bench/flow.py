@@ -48,6 +48,10 @@ from distro_node.protocol.host_config import HostConfig
 # Payload bytes per wire byte on a TCP/IP link of 1514-byte frames carrying 1448 bytes each; the testbed's
 # measured TCP rates are 96-97% of nominal (node/testbed/netns.py).
 EFFICIENCY = 1448 / 1514
+# Uplink spent acknowledging a downloaded byte, in the same payload units: a 67-byte acknowledgement per
+# 1.85 segments of 1514-byte frames, as measured on the testbed's 20/2 and 100/10 lines downloading at
+# their full rate from 1 to 7 cubic senders (1.74-2.14 segments per acknowledgement; docs/benchmarks.md).
+ACK_SHARE = 67 / (1514 * 1.85)
 PAYLOAD_BYTES = 1_450_000  # the figure for the testbed runs; bench/results/payload.json has more
 TESTBED_LATENCY = 0.0005  # one way, a veth hop through a bridge
 INTERNET_LATENCY = 0.025  # one way: 50 ms round trips, a typical path between two home lines
@@ -55,7 +59,7 @@ SIZES = (16, 32, 64, 128, 256, 512, 1024)
 
 
 def line(link: TestbedLink) -> Line:
-    return Line.mbit(link.down_mbit, link.up_mbit, EFFICIENCY)
+    return Line.mbit(link.down_mbit, link.up_mbit, EFFICIENCY, ACK_SHARE)
 
 
 def population(kind: str, n: int) -> list[Line]:
@@ -86,9 +90,10 @@ def run_one(lines: list[Line], k: int, latency: float, payload_bytes: int = PAYL
                         neighbours=random_graph(n, HostConfig().max_peers, seed), latency=latency)
     started = time.perf_counter()
     # A step after the first: the rates each peer measured in an earlier step (here: the same exchange run
-    # once before) decide who gets first copies, as the daemon keeps its table across steps.
+    # once before) and its own time per uploaded piece decide who gets first copies, as the daemon keeps
+    # both across steps.
     warm = simulate_exchange(spec)
-    result = simulate_exchange(spec, rates=warm.rates)
+    result = simulate_exchange(spec, rates=warm.rates, piece_seconds=warm.piece_seconds)
     wall = time.perf_counter() - started
     bound = swarm_bound(lines, payload_bytes, wants)
     uploads = sorted(result.uploaded)

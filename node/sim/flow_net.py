@@ -9,6 +9,12 @@ still predicts: TCP slow start and loss recovery (a 256 KiB piece at 10 Mbit las
 handful of RTTs slow start needs on a 50 ms queue) and propagation delay (the namespace testbed has none;
 the caller adds a per-request latency where it wants one).
 
+What it keeps of TCP: the acknowledgements a download sends back up the downloader's own line
+(``Line.ack``). On a 10:1 home line they are small per byte but not in sum: a download at the full
+downlink rate takes 20-26% of the uplink (testbed, docs/benchmarks.md), and that uplink is where a slow
+author's payload has to leave from. They go first: a FIFO queue serves their small frames at the rate
+they arrive, and uploads share what remains.
+
 Vectorised with numpy: a round of progressive filling is a few array operations over the active transfers,
 and the number of rounds is the number of distinct bottleneck levels (two or three for the profiles used).
 """
@@ -22,6 +28,9 @@ import numpy as np
 
 # A transfer whose remaining bytes fall below this counts as done (float error over many events).
 _DONE_BYTES = 1e-6
+# The least share of an uplink left to uploads however much its acknowledgements take (a line so
+# lopsided that they would fill it: the model keeps its uploads moving rather than stopping them).
+_UP_LEFT = 0.05
 
 
 class FlowModelError(ValueError):
@@ -30,23 +39,27 @@ class FlowModelError(ValueError):
 
 @dataclass(frozen=True)
 class Line:
-    """One peer's access link in bytes per second of payload (framing already taken off)."""
+    """One peer's access link in bytes per second of payload (framing already taken off). ``ack``: the
+    uplink capacity, in the same units, that acknowledging one downloaded byte takes (0: none modelled)."""
 
     up: float
     down: float
+    ack: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("up", "down"):
             value = getattr(self, name)
             if not value > 0:
                 raise FlowModelError(f"Line.{name} must be > 0 bytes/s, got {value}")
+        if not 0 <= self.ack < 1:
+            raise FlowModelError(f"Line.ack must be in [0, 1), got {self.ack}")
 
     @classmethod
-    def mbit(cls, down_mbit: float, up_mbit: float, efficiency: float = 1.0) -> Line:
+    def mbit(cls, down_mbit: float, up_mbit: float, efficiency: float = 1.0, ack: float = 0.0) -> Line:
         """From a line's nominal Mbit/s; ``efficiency`` is the payload share of what crosses it (TCP/IP)."""
         if not 0 < efficiency <= 1:
             raise FlowModelError(f"efficiency must be in (0, 1], got {efficiency}")
-        return cls(up=up_mbit * 1e6 / 8 * efficiency, down=down_mbit * 1e6 / 8 * efficiency)
+        return cls(up=up_mbit * 1e6 / 8 * efficiency, down=down_mbit * 1e6 / 8 * efficiency, ack=ack)
 
 
 @dataclass
@@ -66,12 +79,24 @@ class Transfer:
         self.remaining = float(self.size)
 
 
-def max_min_rates(src: np.ndarray, dst: np.ndarray, up: np.ndarray, down: np.ndarray) -> np.ndarray:
+def max_min_rates(src: np.ndarray, dst: np.ndarray, up: np.ndarray, down: np.ndarray,
+                  ack: np.ndarray | None = None) -> np.ndarray:
     """Each transfer's rate under max-min fairness, uplinks and downlinks being the only constraints.
 
-    Progressive filling: raise every unfrozen rate together until some link is full, freeze the transfers
-    through it, repeat. Uplink ``i`` is resource ``i`` and downlink ``i`` is resource ``n + i``.
+    ``ack`` (per peer, as ``Line.ack``): the acknowledgements of what each peer downloads come off its
+    uplink before its uploads share it. They are sized from the downloads a fill without them gives: a
+    download the smaller uplinks then slow was acknowledged as if it were not, which overstates them a
+    little, never below ``_UP_LEFT`` of a line.
     """
+    if ack is None or not ack.any():
+        return _fill(src, dst, up, down)
+    incoming = np.bincount(dst, weights=_fill(src, dst, up, down), minlength=len(up))
+    return _fill(src, dst, np.maximum(up - ack * incoming, up * _UP_LEFT), down)
+
+
+def _fill(src: np.ndarray, dst: np.ndarray, up: np.ndarray, down: np.ndarray) -> np.ndarray:
+    """Progressive filling: raise every unfrozen rate together until some link is full, freeze the
+    transfers through it, repeat. Uplink ``i`` is resource ``i`` and downlink ``i`` is resource ``n + i``."""
     n = len(up)
     count = len(src)
     rates = np.zeros(count)
@@ -109,6 +134,7 @@ class FlowNetwork:
         self.lines = tuple(lines)
         self._up = np.array([line.up for line in lines])
         self._down = np.array([line.down for line in lines])
+        self._ack = np.array([line.ack for line in lines])
         self.now = 0.0
         self._active: list[Transfer] = []
         self._src = np.zeros(0, dtype=np.int64)
@@ -149,7 +175,7 @@ class FlowNetwork:
             self._src = np.array([t.src for t in self._active], dtype=np.int64)
             self._dst = np.array([t.dst for t in self._active], dtype=np.int64)
             self._left = np.array([t.remaining for t in self._active])
-            self._rates = max_min_rates(self._src, self._dst, self._up, self._down)
+            self._rates = max_min_rates(self._src, self._dst, self._up, self._down, self._ack)
             self._stale = False
 
     def next_finish(self) -> float | None:

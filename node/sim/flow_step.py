@@ -83,6 +83,9 @@ class ExchangeResult:
     refused: int = 0  # piece requests a holder declined as busy
     # Per peer, the rates its fetches measured: pass them to the next step's run, as a daemon keeps them.
     rates: list[PeerRates] = field(default_factory=list)
+    # Per peer, the seconds its uploads of a piece took on average (``Waitlist.piece_seconds``): the
+    # daemon's pieces server keeps them across steps too.
+    piece_seconds: list[float] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
@@ -95,11 +98,14 @@ class ExchangeResult:
 
 
 class _Exchange:
-    def __init__(self, spec: ExchangeSpec, rates: Sequence[PeerRates] | None) -> None:
+    def __init__(self, spec: ExchangeSpec, rates: Sequence[PeerRates] | None,
+                 piece_seconds: Sequence[float] | None) -> None:
         self.spec = spec
         n = len(spec.lines)
         if rates is not None and len(rates) != n:
             raise FlowModelError(f"rates need one table per line ({n})")
+        if piece_seconds is not None and len(piece_seconds) != n:
+            raise FlowModelError(f"piece_seconds need one figure per line ({n})")
         self.rates = list(rates) if rates is not None else [PeerRates() for _ in range(n)]
         self.first = [FirstCopies(spec.first_copy_factor, spec.first_copy_window) for _ in range(n)]
         self.net = FlowNetwork(spec.lines)
@@ -117,7 +123,8 @@ class _Exchange:
         self.unheard: dict[tuple[int, int], UnheardHolders] = {}
         self.refused = 0
         prior = PIECE_BYTES / spec.schedule.prior_rate
-        self.waitlists = [Waitlist(spec.upload_slots, prior) for _ in range(n)]
+        self.waitlists = [Waitlist(spec.upload_slots, prior if piece_seconds is None else piece_seconds[i])
+                          for i in range(n)]
         self.gates = [HolderGate() if spec.turns else None for _ in range(n)]
         self.gate_uses: dict[tuple[int, int], GateUse] = {}  # per fetch, as each daemon fetch has one
         self.missing = [len(w) for w in spec.wants]
@@ -154,7 +161,8 @@ class _Exchange:
                 heapq.heappop(self.events)[2]()
         size = spec.payload_bytes
         return ExchangeResult(self.done_at, list(self.net.uploaded), list(self.net.downloaded),
-                              [size * len(w) for w in spec.wants], self.refused, self.rates)
+                              [size * len(w) for w in spec.wants], self.refused, self.rates,
+                              [w.piece_seconds for w in self.waitlists])
 
     # --- authors and fetchers ------------------------------------------------------------------------------
 
@@ -373,11 +381,12 @@ class _Exchange:
             self.at(self.net.now + 2 * self.spec.latency, news)
 
 
-def simulate_exchange(spec: ExchangeSpec, rates: Sequence[PeerRates] | None = None) -> ExchangeResult:
-    """Run one step's exchange to the end (every fetcher complete) or ``spec.time_limit``. ``rates``: each
-    peer's measured rates from an earlier step (``ExchangeResult.rates``); None: a first step, nothing
-    measured yet."""
-    return _Exchange(spec, rates).run()
+def simulate_exchange(spec: ExchangeSpec, rates: Sequence[PeerRates] | None = None,
+                      piece_seconds: Sequence[float] | None = None) -> ExchangeResult:
+    """Run one step's exchange to the end (every fetcher complete) or ``spec.time_limit``. ``rates`` and
+    ``piece_seconds``: what each peer measured in an earlier step (``ExchangeResult.rates`` and
+    ``.piece_seconds``); None: a first step, nothing measured yet."""
+    return _Exchange(spec, rates, piece_seconds).run()
 
 
 def swarm_bound(lines: Sequence[Line], payload_bytes: int, wants: Sequence[frozenset[int]]) -> float:

@@ -27,6 +27,29 @@ def test_downlink_bound() -> None:
     assert _rates([(1, 0), (2, 0)], [1, 50, 50], [10, 100, 100]) == [5, 5]
 
 
+def test_acknowledgements_of_a_download_come_off_the_downloaders_uplink_first() -> None:
+    """Peer 0 (10 up, 100 down) downloads from peer 1 at its full downlink and uploads to peer 2: at 0.02
+    of each downloaded byte, its acknowledgements take 2 of its uplink, and the upload gets the other 8."""
+    src, dst = np.array([1, 0]), np.array([0, 2])
+    up, down = np.array([10.0, 1000, 1000]), np.array([100.0, 1000, 1000])
+    assert [round(float(r), 6) for r in max_min_rates(src, dst, up, down)] == [100, 10]
+    with_acks = max_min_rates(src, dst, up, down, np.array([0.02, 0.02, 0.02]))
+    assert [round(float(r), 6) for r in with_acks] == [100, 8]
+    # So lopsided a line that its acknowledgements would fill it: its upload keeps a twentieth.
+    assert round(float(max_min_rates(src, dst, up, down, np.array([0.5, 0, 0]))[1]), 6) == 0.5
+
+
+def test_a_network_of_lines_with_acknowledgements_times_an_upload_beside_a_download() -> None:
+    net = FlowNetwork([Line(up=10, down=100, ack=0.02), Line(up=1000, down=1000), Line(up=1000, down=1000)])
+    upload, download = Transfer(0, 2, 80), Transfer(1, 0, 2000)
+    net.start(upload)
+    net.start(download)
+    assert net.next_finish() == pytest.approx(10.0)  # 8/s for 80 bytes, beside 100/s coming in
+    assert net.advance(net.next_finish() or 0) == [upload]
+    assert download.remaining == pytest.approx(1000)
+    assert net.uploaded[0] == pytest.approx(80)  # acknowledgements are not payload
+
+
 def test_network_times_and_bytes() -> None:
     net = FlowNetwork([Line(up=10, down=100), Line(up=10, down=100), Line(up=10, down=100)])
     a, b = Transfer(0, 1, 50), Transfer(0, 2, 100)
@@ -61,6 +84,8 @@ def test_bytes_add_up_when_transfers_start_after_others_ended() -> None:
 @pytest.mark.parametrize("bad", [
     lambda: Line(up=0, down=1),
     lambda: Line.mbit(10, 10, efficiency=1.5),
+    lambda: Line(up=1, down=1, ack=1.0),
+    lambda: Line(up=1, down=1, ack=-0.1),
     lambda: FlowNetwork([]),
     lambda: FlowNetwork([Line(1, 1)]).start(Transfer(0, 1, 5)),
     lambda: FlowNetwork([Line(1, 1), Line(1, 1)]).start(Transfer(1, 1, 5)),

@@ -7,7 +7,7 @@ import os
 
 import pytest
 import trio
-from distro_node.node.sim.flow_net import Line
+from distro_node.node.sim.flow_net import FlowModelError, Line
 from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange
 from distro_node.node.sim.flow_topology import full_mesh
 from distro_node.node.testbed.netns import profile_links
@@ -87,3 +87,28 @@ def test_in_the_flow_model_first_copies_to_fast_fetchers_shorten_the_mixed_excha
     home = [Line.mbit(link.down_mbit, link.up_mbit) for link in profile_links("home", 8)]
     assert _exchange_seconds(mixed, 2.0) < 0.9 * _exchange_seconds(mixed, 0.0)
     assert _exchange_seconds(home, 2.0) == _exchange_seconds(home, 0.0)
+
+
+def test_in_the_flow_model_an_origin_that_knows_its_own_upload_rate_keeps_first_copies_for_the_fast() -> None:
+    """A 2 Mbit/s origin, a fetcher that served it at 16 Mbit/s and a 2 Mbit/s one. Starting from the
+    prior (1 MB/s, so "twice as fast" is 2 MB/s) nobody is fast and the slow fetcher gets first copies it
+    then relays over its own slow uplink; starting from the time its uploads took before, as the daemon's
+    pieces server keeps it across steps, the origin gives every first copy to the fast one."""
+    from distro_node.protocol.pieces import PIECE_BYTES
+
+    lines = (Line(up=250e3, down=2.5e6), Line(up=2e6, down=2e6), Line(up=250e3, down=2.5e6))
+    wants = (frozenset(), frozenset({0}), frozenset({0}))
+    spec = ExchangeSpec(lines=lines, payload_bytes=1_450_000, wants=wants, neighbours=full_mesh(3),
+                        latency=0.001)
+
+    def run(piece_seconds: list[float] | None) -> list[float]:
+        rates = [PeerRates() for _ in lines]
+        rates[0].observe("1", 2e6)
+        rates[0].observe("2", 250e3)
+        return simulate_exchange(spec, rates=rates, piece_seconds=piece_seconds).uploaded
+
+    assert run(None)[2] > 0
+    known = run([spec.upload_slots * PIECE_BYTES / line.up for line in lines])
+    assert known[0] == pytest.approx(1_450_000) and known[2] == 0
+    with pytest.raises(FlowModelError):
+        simulate_exchange(spec, piece_seconds=[1.0])
