@@ -139,3 +139,17 @@ def test_flow_bench_keeps_each_row_and_extrapolates_from_the_largest_simulated(t
         assert rows[(k, 8)]["seconds"] == pytest.approx(
             rows[(k, 8)]["bound_s"] * rows[(k, 6)]["seconds"] / rows[(k, 6)]["bound_s"], rel=1e-3)
     assert all(r["seconds"] > 0 for r in rows.values())
+
+
+def test_the_flow_models_acknowledgement_cost_is_the_one_the_testbed_measured() -> None:
+    """bench/flow.py charges each downloaded byte ``ACK_SHARE`` of the downloader's uplink; it has to lie
+    within what bench/acks.py measured on the testbed's lines (bench/results/acks.json)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import flow
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    measured = json.loads((REPO / "bench" / "results" / "acks.json").read_text())
+    low, high = measured["model_ack_share_range"]
+    assert low <= flow.ACK_SHARE <= high
+    assert flow.line(flow.SLOW).ack == flow.ACK_SHARE

@@ -1,0 +1,40 @@
+"""bench/acks.py measures what a download's acknowledgements take of the downloader's uplink: on a 10:1
+line downloading at its full rate, a fifth to a third of it. Skipped without root or ip/tc."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.timeout(120)]
+
+
+def test_acks_bench_counts_a_slow_lines_acknowledgements(tmp_path: Path) -> None:
+    out = tmp_path / "acks.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "acks.py"), "--lines", "slow", "--senders", "2",
+         "--seconds", "3", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=110, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    (row,) = doc["rows"]
+    assert row["line"] == "slow" and row["senders"] == 2 and doc["tcp_congestion"] == "cubic"
+    assert 17.0 <= row["download_mbit"] <= 20.2
+    # Delayed acknowledgements: at most one per segment, about one per two; each a small frame.
+    assert 1.0 <= row["segments_per_ack"] <= 2.5
+    assert 60 <= row["bytes_per_ack"] <= 90
+    assert 0.15 <= row["uplink_share"] <= 0.4
+    assert doc["model_ack_share_median"] == row["model_ack_share"]
+
+
+def test_acks_bench_refuses_an_unknown_line() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "acks.py"), "--lines", "dialup"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "dialup" in proc.stderr
