@@ -160,7 +160,11 @@ def validation(files: list[Path]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for path in files:
         doc = json.loads(path.read_text())
-        for profile, entry in sorted(doc.get("profiles", {}).items()):
+        # A bench/exchange.py result file, or one that gathers several runs of it (``runs``: each with its
+        # profile and results, as results/exchange_netns_congestion.json)
+        runs = [(run["profile"], run) for run in doc.get("runs", []) if "profile" in run]
+        entries = sorted(doc.get("profiles", {}).items()) + runs
+        for profile, entry in entries:
             for measured in entry.get("results", []):
                 if "median_round_s" not in measured:
                     continue  # a configuration that failed
@@ -173,6 +177,7 @@ def validation(files: list[Path]) -> list[dict[str, Any]]:
                 got = measured["median_round_s"]
                 rows.append({"source": path.name, "profile": profile, "peers": n, "payload_bytes": size,
                              "rate_scale": measured.get("rate_scale", 1.0),
+                             "tcp_congestion": measured.get("tcp_congestion"),
                              "measured_s": got, "model_s": model["seconds"], "bound_s": model["bound_s"],
                              "measured_over_bound": round(got / model["bound_s"], 3),
                              "error": round(model["seconds"] / got - 1, 3),

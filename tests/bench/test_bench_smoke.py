@@ -153,3 +153,23 @@ def test_the_flow_models_acknowledgement_cost_is_the_one_the_testbed_measured() 
     low, high = measured["model_ack_share_range"]
     assert low <= flow.ACK_SHARE <= high
     assert flow.line(flow.SLOW).ack == flow.ACK_SHARE
+
+
+def test_flow_validation_reads_a_file_that_gathers_several_runs(tmp_path: Path) -> None:
+    """A result file of several bench/exchange.py runs side by side (``runs``, each naming its profile), as
+    results/exchange_netns_congestion.json: each run's rows are checked, against the links it had."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import flow
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    row = {"peers": 2, "payload_bytes": 200_000, "median_round_s": 0.5, "rate_scale": 0.5,
+           "links_mbit_down_up": [[50.0, 5.0], [50.0, 5.0]], "tcp_congestion": "cubic"}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [{"profile": "home@0.5+cubic", "results": [row]},
+                                         {"note": "no profile: not a run"}]}))
+    (got,) = flow.validation([path])
+    assert got["profile"] == "home@0.5+cubic" and got["tcp_congestion"] == "cubic"
+    # One payload of 200 kB each way over a 5 Mbit/s uplink at TCP rate: the bound, and the model above it.
+    assert got["bound_s"] == pytest.approx(200_000 / (5e6 / 8 * flow.EFFICIENCY), abs=1e-3)
+    assert got["bound_s"] <= got["model_s"] <= 1.5 * got["bound_s"]
