@@ -10,7 +10,9 @@ peer's uplink and downlink). A holder's have-map reaches a fetcher as the daemon
 for, while the fetcher has nothing to ask that holder; otherwise once it has again. A request that finds the
 holder's slots full waits there for one to free when an upload should end within ``slot_wait``, as
 protocol/pieces_serve.py holds it (``Waitlist.hold_for``); otherwise, or past that, it is refused. Left
-out: TCP dynamics, the agreement's own messages (the caller adds a calibrated constant), and compute.
+out: TCP dynamics (not its acknowledgements: a line's ``ack`` share, flow_net.py), the agreement's own
+messages (the caller adds a calibrated constant), and compute. What a daemon carries from one step to the
+next, each peer's measured rates and the time its uploads of a piece take, a run takes from an earlier one.
 """
 
 from __future__ import annotations
