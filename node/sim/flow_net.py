@@ -84,9 +84,10 @@ def max_min_rates(src: np.ndarray, dst: np.ndarray, up: np.ndarray, down: np.nda
     """Each transfer's rate under max-min fairness, uplinks and downlinks being the only constraints.
 
     ``ack`` (per peer, as ``Line.ack``): the acknowledgements of what each peer downloads come off its
-    uplink before its uploads share it. They are sized from the downloads a fill without them gives: a
-    download the smaller uplinks then slow was acknowledged as if it were not, which overstates them a
-    little, never below ``_UP_LEFT`` of a line.
+    uplink before its uploads share it. Two fills: the first, without them, gives each peer's download
+    rate; the second shares uplinks less those rates' acknowledgements (never less than ``_UP_LEFT`` of a
+    line). A download the second fill slows keeps the acknowledgements of its first rate: a slight
+    overstatement, where solving for the fixed point would cost a fill per round.
     """
     if ack is None or not ack.any():
         return _fill(src, dst, up, down)
