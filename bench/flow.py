@@ -38,7 +38,8 @@ from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
 from distro_node.node.sim.flow_net import Line
-from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange, swarm_bound
+from distro_node.node.sim.flow_spec import ExchangeSpec, swarm_bound
+from distro_node.node.sim.flow_step import simulate_exchange
 from distro_node.node.sim.flow_topology import full_mesh, random_graph
 from distro_node.node.testbed.netns import GIGABIT, HOME, SLOW, profile_links
 from distro_node.node.testbed.netns import Link as TestbedLink

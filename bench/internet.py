@@ -41,7 +41,7 @@ from _common import RESULTS_DIR, BenchError, write_json
 from distro_node.node.config.schema import PAYLOAD_FETCHES
 from distro_node.node.join_process import PeerProc, PeerWaitError
 from distro_node.node.sim.flow_net import Line
-from distro_node.node.sim.flow_step import swarm_bound as exchange_bound
+from distro_node.node.sim.flow_spec import swarm_bound as exchange_bound
 from distro_node.node.sim.flow_topology import full_mesh
 from distro_node.node.testbed.netns import PROFILES, Link, profile_links, profile_name, ready_for_bench
 from distro_node.node.testbed.swarm import Testbed

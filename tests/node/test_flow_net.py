@@ -97,7 +97,8 @@ def test_bad_input_is_a_typed_error(bad: object) -> None:
 
 
 def test_exchange_of_four_equal_peers_is_near_the_bound_and_downloads_each_byte_once() -> None:
-    from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange, swarm_bound
+    from distro_node.node.sim.flow_spec import ExchangeSpec, swarm_bound
+    from distro_node.node.sim.flow_step import simulate_exchange
     from distro_node.node.sim.flow_topology import full_mesh
 
     lines = (Line.mbit(100, 10),) * 4
@@ -110,7 +111,8 @@ def test_exchange_of_four_equal_peers_is_near_the_bound_and_downloads_each_byte_
 
 
 def test_the_author_is_a_holder_even_when_not_a_neighbour() -> None:
-    from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange
+    from distro_node.node.sim.flow_spec import ExchangeSpec
+    from distro_node.node.sim.flow_step import simulate_exchange
 
     # Peer 1 wants peer 0's payload and they are not neighbours: the announcement names its author, whom
     # the fetcher dials, so the payload still arrives.
@@ -126,7 +128,8 @@ def test_a_slow_origin_sends_its_own_first_copies_before_relaying() -> None:
     """Mixed lines (one gigabit, home, 2 Mbit/s peers), three authors chosen: a 2 Mbit/s author also holds
     pieces of the others' payloads, and relaying them had kept its own first copies waiting (7.98 s, 1.38x
     the bound, without ``relay_waits``; 6.52 s, 1.12x, with it). The model is deterministic."""
-    from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange, swarm_bound
+    from distro_node.node.sim.flow_spec import ExchangeSpec, swarm_bound
+    from distro_node.node.sim.flow_step import simulate_exchange
     from distro_node.node.sim.flow_topology import full_mesh
 
     gigabit, home, slow = Line.mbit(1000, 1000), Line.mbit(100, 10), Line.mbit(20, 2)

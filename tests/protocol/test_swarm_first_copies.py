@@ -8,7 +8,8 @@ import os
 import pytest
 import trio
 from distro_node.node.sim.flow_net import FlowModelError, Line
-from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange
+from distro_node.node.sim.flow_spec import ExchangeSpec
+from distro_node.node.sim.flow_step import simulate_exchange
 from distro_node.node.sim.flow_topology import full_mesh
 from distro_node.node.testbed.netns import profile_links
 from distro_node.protocol.pieces_wire import PiecesConfig, Status

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from distro_node.node.sim.flow_net import Line
-from distro_node.node.sim.flow_step import ExchangeSpec, simulate_exchange
+from distro_node.node.sim.flow_spec import ExchangeSpec
+from distro_node.node.sim.flow_step import simulate_exchange
 from distro_node.node.sim.flow_topology import full_mesh
 from distro_node.protocol.pieces import PIECE_BYTES
 from distro_node.protocol.swarm_schedule import ALL, Failure, PieceScheduler, ScheduleConfig
