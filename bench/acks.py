@@ -30,10 +30,8 @@ from distro_node.node.testbed.netns import (
     check_congestion_control,
     ready_for_bench,
 )
+from flow import EFFICIENCY, SEGMENT_BYTES
 
-# Bytes of a full frame on the testbed's veth (Ethernet, IP and TCP headers with timestamps, 1448 of data).
-FRAME_BYTES = 1514
-SEGMENT_BYTES = 1448
 LINES = {"slow": SLOW, "home": HOME}
 
 
@@ -57,7 +55,7 @@ def measure(receiver: Link, senders: int, seconds: float, congestion: str | None
         # What the acknowledgements took of the uplink while the download ran at this rate.
         "uplink_share": round(ack_bytes * 8 / (receiver.up_mbit * 1e6 * got["seconds"]), 4),
         # The flow model's unit: uplink capacity (payload bytes' worth) per payload byte downloaded.
-        "model_ack_share": round(ack_bytes / got["bytes"] * SEGMENT_BYTES / FRAME_BYTES, 5),
+        "model_ack_share": round(ack_bytes / got["bytes"] * EFFICIENCY, 5),
         "downlink_drops": down1["drops"] - down0["drops"],
     }
 
@@ -90,11 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     if not ready_for_bench("bench/acks.py"):
         return 0
     rows = []
+    sender = GIGABIT.scaled(scale)
     for name in names:
         for k in counts:
-            line, sender = (Link(x.down_mbit * scale, x.up_mbit * scale) for x in (LINES[name], GIGABIT))
             rows.append({"line": name, "rate_scale": scale,
-                         **measure(line, k, args.seconds, args.tcp_congestion, sender)})
+                         **measure(LINES[name].scaled(scale), k, args.seconds, args.tcp_congestion, sender)})
             print(rows[-1], flush=True)
     shares = [r["model_ack_share"] for r in rows]
     write_json(args.out, {"tcp_congestion": args.tcp_congestion, "rows": rows,

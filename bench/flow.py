@@ -48,11 +48,13 @@ from distro_node.protocol.host_config import HostConfig
 
 # Payload bytes per wire byte on a TCP/IP link of 1514-byte frames carrying 1448 bytes each; the testbed's
 # measured TCP rates are 96-97% of nominal (node/testbed/netns.py).
-EFFICIENCY = 1448 / 1514
+FRAME_BYTES = 1514
+SEGMENT_BYTES = 1448
+EFFICIENCY = SEGMENT_BYTES / FRAME_BYTES
 # Uplink spent acknowledging a downloaded byte, in the same payload units: a 67-byte acknowledgement per
-# 1.85 segments of 1514-byte frames. bench/acks.py measures it on the testbed's 20/2 and 100/10 lines
+# 1.85 segments of full frames. bench/acks.py measures it on the testbed's 20/2 and 100/10 lines
 # downloading at their full rate from 1, 3 and 7 cubic senders (bench/results/acks.json: 0.0222-0.0268).
-ACK_SHARE = 67 / (1514 * 1.85)
+ACK_SHARE = 67 / (FRAME_BYTES * 1.85)
 PAYLOAD_BYTES = 1_450_000  # the figure for the testbed runs; bench/results/payload.json has more
 TESTBED_LATENCY = 0.0005  # one way, a veth hop through a bridge
 INTERNET_LATENCY = 0.025  # one way: 50 ms round trips, a typical path between two home lines

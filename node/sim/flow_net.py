@@ -135,7 +135,8 @@ class FlowNetwork:
         self.lines = tuple(lines)
         self._up = np.array([line.up for line in lines])
         self._down = np.array([line.down for line in lines])
-        self._ack = np.array([line.ack for line in lines])
+        # None when no line models acknowledgements: every refresh then fills once, as before them.
+        self._ack = np.array([line.ack for line in lines]) if any(line.ack for line in lines) else None
         self.now = 0.0
         self._active: list[Transfer] = []
         self._src = np.zeros(0, dtype=np.int64)

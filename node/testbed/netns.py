@@ -76,6 +76,10 @@ class Link:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
+    def scaled(self, factor: float) -> Link:
+        """Both rates times ``factor`` (a run at a fraction of the profiles' rates)."""
+        return Link(self.down_mbit * factor, self.up_mbit * factor)
+
 
 HOME = Link(100.0, 10.0)
 GIGABIT = Link(1000.0, 1000.0)
@@ -105,7 +109,7 @@ def profile_links(profile: str, n: int, rate_scale: float = 1.0) -> list[Link]:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     if rate_scale == 1:
         return links
-    return [Link(link.down_mbit * rate_scale, link.up_mbit * rate_scale) for link in links]
+    return [link.scaled(rate_scale) for link in links]
 
 
 def profile_name(profile: str, rate_scale: float) -> str:
@@ -141,9 +145,9 @@ def congestion_controls() -> set[str]:
 
 def check_congestion_control(name: str | None) -> None:
     """ValueError naming ``tcp_congestion`` unless ``name`` is None (the host's) or one this kernel offers."""
-    if name is not None and name not in congestion_controls():
-        raise ValueError(f"tcp_congestion: {name!r} is not one of this kernel's "
-                         f"{sorted(congestion_controls())}")
+    offered = congestion_controls()
+    if name is not None and name not in offered:
+        raise ValueError(f"tcp_congestion: {name!r} is not one of this kernel's {sorted(offered)}")
 
 
 def _pid_alive(pid: int) -> bool:

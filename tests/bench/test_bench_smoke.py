@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_import import bench_module
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
@@ -144,11 +145,7 @@ def test_flow_bench_keeps_each_row_and_extrapolates_from_the_largest_simulated(t
 def test_the_flow_models_acknowledgement_cost_is_the_one_the_testbed_measured() -> None:
     """bench/flow.py charges each downloaded byte ``ACK_SHARE`` of the downloader's uplink; it has to lie
     within what bench/acks.py measured on the testbed's lines (bench/results/acks.json)."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import flow
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    flow = bench_module("flow")
     measured = json.loads((REPO / "bench" / "results" / "acks.json").read_text())
     low, high = measured["model_ack_share_range"]
     assert low <= flow.ACK_SHARE <= high
@@ -158,11 +155,7 @@ def test_the_flow_models_acknowledgement_cost_is_the_one_the_testbed_measured() 
 def test_flow_validation_reads_a_file_that_gathers_several_runs(tmp_path: Path) -> None:
     """A result file of several bench/exchange.py runs side by side (``runs``, each naming its profile), as
     results/exchange_netns_congestion.json: each run's rows are checked, against the links it had."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import flow
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    flow = bench_module("flow")
     row = {"peers": 2, "payload_bytes": 200_000, "median_round_s": 0.5, "rate_scale": 0.5,
            "links_mbit_down_up": [[50.0, 5.0], [50.0, 5.0]], "tcp_congestion": "cubic"}
     path = tmp_path / "runs.json"

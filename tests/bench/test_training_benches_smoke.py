@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_import import bench_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -89,12 +91,7 @@ def test_convergence_bench_runs_a_given_grid_together_and_gpu_py_reads_its_lines
     assert {r["seed"] for r in doc["extra_seeds"]} == {1} and len(doc["extra_seeds"]) == 2
     assert len(doc["other_seed_runs"]) == 1  # the distro rate not chosen, on seed 1
     assert all(r["config"]["exclusion"] is False for r in doc["sweep"])
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from gpu import runs_from_log
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    runs = runs_from_log(done.stdout)
+    runs = bench_module("gpu").runs_from_log(done.stdout)
     assert len(runs) == 6
     assert {(r["label"], r["seed"]) for r in runs} == {(label, s) for label in ("adamw", "distro-sign")
                                                        for s in (0, 1)}
