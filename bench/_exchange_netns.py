@@ -76,19 +76,23 @@ def run_netns(args: argparse.Namespace) -> int:
     name = profile_name(args.netns, args.rate_scale)
     if args.tcp_congestion is not None:  # never under the name of the host's own congestion control's runs
         name += f"+{args.tcp_congestion}"
+    time_scale = 1 / args.rate_scale if args.dilate else 1.0
+    if args.dilate:
+        name += "+dilated"
     rows: list[dict[str, Any]] = []
     for n in counts:
         links = profile_links(args.netns, n, args.rate_scale)
         up = min(link.up_mbit for link in links)
         results: list[dict[str, Any]] = []
         try:
-            with Network(links, tcp_congestion=args.tcp_congestion) as net:
+            with Network(links, tcp_congestion=args.tcp_congestion, time_scale=time_scale) as net:
                 check = net.measure([0], 1, CHECK_SECONDS)
                 before = [net.uplink_counters(i) for i in range(n)]
                 before_down = [net.downlink_counters(i)["drops"] for i in range(n)]
                 per_peer = run_config(n, args.rounds, args.size, args.wall, net,
                                       extra=(*(("--pieces",) if args.pieces else ()),
                                              *(("--no-turns",) if args.no_turns else ()),
+                                             *(("--time-scale", f"{time_scale:g}") if args.dilate else ()),
                                              *(("--log-level", "debug") if args.keep_logs else ())),
                                       results=results,
                                       log_dir=None if args.keep_logs is None else args.keep_logs / f"{n}")
@@ -104,6 +108,8 @@ def run_netns(args: argparse.Namespace) -> int:
         row.update({
             "links_mbit_down_up": [[link.down_mbit, link.up_mbit] for link in links],
             "rate_scale": args.rate_scale,
+            # Every duration of the peers' pieces protocol and of the links' queues times this (--dilate).
+            "time_scale": time_scale,
             # Per peer, in link order: own announcement to holding all N-1 others (who waits for whom).
             "median_round_s_by_peer": [round(statistics.median(times), 2) for times in per_peer],
             # Per peer, in link order: every byte its shaped uplink sent during the run (frames, headers,
@@ -140,7 +146,7 @@ def run_netns(args: argparse.Namespace) -> int:
     widest = profile_links(args.netns, max(counts), args.rate_scale)
     profiles[name] = {
         "results": sorted(kept + rows, key=lambda r: r.get("peers", 0)),
-        "tbf": {f"{mbit:g}_mbit": " ".join(tbf_args(mbit))
+        "tbf": {f"{mbit:g}_mbit": " ".join(tbf_args(mbit, time_scale))
                 for mbit in sorted({x for link in widest for x in (link.down_mbit, link.up_mbit)})},
     }
     out = {

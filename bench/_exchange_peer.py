@@ -22,6 +22,7 @@ import struct
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import trio
 from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
@@ -44,7 +45,10 @@ RUN = bytes(32)
 ANN = struct.Struct(">BQ32s")  # kind, step, sha256
 KIND_PAYLOAD, KIND_DONE = 1, 2
 WAIT_S = 120.0  # bound on any single wait (setup, a round, the barrier)
-RESEND_S = 1.0  # re-publish our announcement this often while waiting for the others'
+# Re-publish our announcement after this long without news while waiting for the others', each time twice
+# as long after, up to RESEND_MAX_S: see Inbox.wait_or_resend.
+RESEND_S = 1.0
+RESEND_MAX_S = 8.0
 LINGER_S = 3.0  # after the last barrier, keep re-sending our last DONE this long (or until everyone hung up)
 Resend = Callable[[], Awaitable[None]]
 
@@ -52,9 +56,12 @@ Resend = Callable[[], Awaitable[None]]
 class Inbox:
     """Announcements by (kind, step), with an event that fires on every arrival (no polling)."""
 
-    def __init__(self) -> None:
+    def __init__(self, time_scale: float = 1.0) -> None:
         self.seen: dict[tuple[int, int], dict[ID, bytes]] = {}
         self.changed = trio.Event()
+        self._time_scale = time_scale
+        # The message last re-published, and how long to wait before it goes out again.
+        self._resending: tuple[Resend | None, float] = (None, RESEND_S * time_scale)
 
     async def pump(self, gossip: AnnouncementChannel) -> None:
         async for msg in gossip:
@@ -72,29 +79,38 @@ class Inbox:
         return self.seen[(kind, step)]
 
     async def wait_or_resend(self, resend: Resend) -> None:
-        """Wait for the next arrival; re-publish ours every RESEND_S meanwhile.
+        """Wait for the next arrival; re-publish ours after RESEND_S without one, then after twice as long
+        each time, up to RESEND_MAX_S (all times the run's time scale).
 
         A message published before a peer's pubsub stream to us is up is lost for that peer (gossipsub
         does not replay), so announcing once could leave a round waiting forever; duplicates are harmless
-        because the inbox keeps one entry per sender.
+        because the inbox keeps one entry per sender. Why the back-off: each re-publish is a new message
+        that every peer forwards to its mesh, and at a barrier where peers wait seconds for the slowest,
+        one a second from each of them filled the slow peers' uplinks as they served their last pieces
+        (a capture of a slow uplink, docs/benchmarks.md). Once streams are up nothing is lost.
         """
+        last, wait = self._resending
+        if resend is not last:
+            wait = RESEND_S * self._time_scale
         changed = self.changed
         while not changed.is_set():
-            with trio.move_on_after(RESEND_S):
+            with trio.move_on_after(wait):
                 await changed.wait()
             if not changed.is_set():
                 await resend()
+                wait = min(2 * wait, RESEND_MAX_S * self._time_scale)
+                self._resending = (resend, wait)  # kept also when the caller stops waiting
 
 
 class Swarm:
     """The piece protocol's two sides for ``--pieces``: the server, and what this peer's fetches read."""
 
-    def __init__(self, host: P2PHost, store: PayloadStore, size: int, turns: bool) -> None:
-        # The fetch gives up (and says where it stood) before the round's own bound ends the process.
+    def __init__(self, host: P2PHost, store: PayloadStore, size: int, turns: bool, time_scale: float) -> None:
         # Without turns, a busy holder's retry-after is capped at the back-off (the rest before it had one).
         schedule = ScheduleConfig() if turns else ScheduleConfig(max_rest=ScheduleConfig().backoff)
-        self.config = PiecesConfig(max_payload_bytes=max(size, 1), fetch_timeout=WAIT_S - 10,
-                                   schedule=schedule)
+        config = PiecesConfig(max_payload_bytes=max(size, 1), schedule=schedule).dilated(time_scale)
+        # The fetch gives up (and says where it stood) before the round's own bound ends the process.
+        self.config = replace(config, fetch_timeout=WAIT_S - 10)
         self.partials = PartialPayloads()
         self.rates = PeerRates()  # as the daemon: measured by our fetches, read by our server
         self.server = PiecesServer(host, store, self.partials, self.config, rates=self.rates)
@@ -152,19 +168,19 @@ async def _linger(host: P2PHost, resend: Resend) -> None:
 
 
 async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, listen: str,
-                    pieces: bool, turns: bool) -> int:
+                    pieces: bool, turns: bool, time_scale: float) -> int:
     cfg = HostConfig(listen_addrs=(listen,), px_interval=0.5, dial_timeout=20.0, px_timeout=10.0)
     xfer = TransferConfig(max_payload_bytes=max(size, 1), attempt_timeout=60.0)
     async with open_host(create_new_key_pair(), cfg) as host, open_gossip(host, RUN) as gossip:
         store = PayloadStore(RUN, window_steps=3)
         PayloadServer(host, store, xfer).install()
-        swarm = Swarm(host, store, size, turns) if pieces else None
+        swarm = Swarm(host, store, size, turns, time_scale) if pieces else None
         print(json.dumps({"addr": str(host.addrs()[0])}), flush=True)
         if bootstrap:
             await host.bootstrap([bootstrap])
         await host.wait_for_peers(peers - 1, timeout=WAIT_S)
         await gossip.wait_for_subscribers(host.connected_peers(), timeout=WAIT_S)
-        inbox = Inbox()
+        inbox = Inbox(time_scale)
         times: list[float] = []
         rc = 0
         async with trio.open_nursery() as nursery:
@@ -205,12 +221,17 @@ def main() -> int:
     ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0", help="listen multiaddr")
     ap.add_argument("--pieces", action="store_true", help="fetch in pieces from every peer (piece swarm)")
     ap.add_argument("--no-turns", action="store_true", help="no retry-after rests, no holder gate")
+    ap.add_argument("--time-scale", type=float, default=1.0, metavar="F",
+                    help="the pieces protocol's durations times F, its prior rate over F (links at 1/F of a "
+                         "profile's rates: PiecesConfig.dilated)")
     ap.add_argument("--log-level", default="warning", help="log level of the fetch and serving code (stderr)")
     args = ap.parse_args()
+    if not args.time_scale >= 1:
+        ap.error(f"--time-scale must be >= 1, got {args.time_scale}")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("distro_node.protocol").setLevel(args.log_level.upper())
     return trio.run(peer_main, args.peers, args.rounds, args.size, args.bootstrap, args.listen, args.pieces,
-                    not args.no_turns)
+                    not args.no_turns, args.time_scale)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ given link rates. Each peer is a separate process (bench/_exchange_peer.py), as 
     .venv/bin/python bench/exchange.py --peers 2 --rounds 2 --size 100000 --out /tmp/x.json   # smoke
     .venv/bin/python bench/exchange.py --netns home      # as root: shaped namespaces -> exchange_netns.json
     .venv/bin/python bench/exchange.py --netns mixed --pieces   # piece swarm -> exchange_netns_pieces.json
+    .venv/bin/python bench/exchange.py --netns mixed --pieces --rate-scale 0.25 --dilate   # the same swarm
+                                                 # 4x slower: links, queues and protocol timers alike
 
 Round 0 includes connection warm-up (yamux window growth) and is reported separately. Every child process
 is killed by pid when its configuration ends, whatever happened. The same run then measures hivemind's bulk
@@ -62,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --netns: every peer's namespace sends with this TCP congestion control "
                          "(e.g. cubic; results under PROFILE+NAME); default: what namespaces inherit from "
                          "the host, recorded in the JSON's machine section")
+    ap.add_argument("--dilate", action="store_true",
+                    help="with --pieces and --rate-scale F: the same swarm in slower time, not only slower "
+                         "links: every peer's pieces-protocol durations times 1/F and its prior rate times F "
+                         "(PiecesConfig.dilated), every link's queue and burst the bytes they hold at the "
+                         "profile's rates; results under PROFILE@F+dilated")
     ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                     help="with --netns: each peer's stderr (DEBUG for the piece fetch) in DIR/N/peerI.log")
     ap.add_argument("--hivemind-python", type=Path, default=None, metavar="PATH",
@@ -75,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--rate-scale needs --netns PROFILE")
     if args.tcp_congestion is not None and args.netns is None:
         ap.error("--tcp-congestion needs --netns PROFILE")
+    if args.dilate and (not args.pieces or not 0 < args.rate_scale < 1):
+        ap.error("--dilate needs --pieces and a --rate-scale below 1")
     if args.netns is not None:
         return run_netns(args)
     if args.pieces:

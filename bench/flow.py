@@ -45,6 +45,7 @@ from distro_node.node.testbed.netns import GIGABIT, HOME, SLOW, profile_links
 from distro_node.node.testbed.netns import Link as TestbedLink
 from distro_node.protocol.consensus.config import DEFAULT_INCLUSION_FETCH_MARGIN
 from distro_node.protocol.host_config import HostConfig
+from distro_node.protocol.pieces_wire import PiecesConfig
 
 # Payload bytes per wire byte on a TCP/IP link of 1514-byte frames carrying 1448 bytes each; the testbed's
 # measured TCP rates are 96-97% of nominal (node/testbed/netns.py).
@@ -86,11 +87,16 @@ def wants_for(n: int, k: int) -> tuple[frozenset[int], ...]:
 
 
 def run_one(lines: list[Line], k: int, latency: float, payload_bytes: int = PAYLOAD_BYTES,
-            seed: int = 0) -> dict[str, Any]:
+            seed: int = 0, pieces: PiecesConfig | None = None) -> dict[str, Any]:
+    """``pieces``: the daemons' settings (default: PiecesConfig's), e.g. a dilated run's."""
     n = len(lines)
     wants = wants_for(n, k)
+    cfg = pieces or PiecesConfig()
     spec = ExchangeSpec(lines=tuple(lines), payload_bytes=payload_bytes, wants=wants,
-                        neighbours=random_graph(n, HostConfig().max_peers, seed), latency=latency)
+                        neighbours=random_graph(n, HostConfig().max_peers, seed), latency=latency,
+                        upload_slots=cfg.upload_slots, slot_wait=cfg.slot_wait,
+                        first_copy_factor=cfg.first_copy_factor, first_copy_window=cfg.first_copy_window,
+                        schedule=cfg.schedule)
     started = time.perf_counter()
     # A step after the first: the rates each peer measured in an earlier step (here: the same exchange run
     # once before) and its own time per uploaded piece decide who gets first copies, as the daemon keeps
@@ -176,11 +182,13 @@ def validation(files: list[Path]) -> list[dict[str, Any]]:
                 links = ([TestbedLink(down, up) for down, up in measured["links_mbit_down_up"]]
                          if "links_mbit_down_up" in measured else profile_links(profile, n))
                 lines = [line(link) for link in links]
-                model = run_one(lines, 0, TESTBED_LATENCY, size)
+                # A dilated run (bench/exchange.py --dilate): its daemons' settings, dilated alike.
+                time_scale = measured.get("time_scale", 1.0)
+                model = run_one(lines, 0, TESTBED_LATENCY, size, pieces=PiecesConfig().dilated(time_scale))
                 got = measured["median_round_s"]
                 rows.append({"source": path.name, "profile": profile, "peers": n, "payload_bytes": size,
                              "rate_scale": measured.get("rate_scale", 1.0),
-                             "tcp_congestion": measured.get("tcp_congestion"),
+                             "tcp_congestion": measured.get("tcp_congestion"), "time_scale": time_scale,
                              "measured_s": got, "model_s": model["seconds"], "bound_s": model["bound_s"],
                              "measured_over_bound": round(got / model["bound_s"], 3),
                              "error": round(model["seconds"] / got - 1, 3),

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from typing import ClassVar
 
 from libp2p.custom_types import TProtocol
 
@@ -112,6 +113,10 @@ class PiecesConfig:
     max_losses: int = 3
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
 
+    # The fields in seconds: what :meth:`dilated` scales.
+    DURATIONS: ClassVar[tuple[str, ...]] = ("piece_timeout", "have_wait", "fetch_timeout", "request_timeout",
+                                            "session_idle", "serve_timeout", "slot_wait", "first_copy_window")
+
     def __post_init__(self) -> None:
         if min(self.max_payload_bytes, self.upload_slots, self.max_sessions, self.max_losses,
                self.max_session_messages) < 1:
@@ -120,10 +125,17 @@ class PiecesConfig:
             raise ValueError("PiecesConfig.first_copy_factor must be >= 0 (0: off)")
         if self.schedule.choices > MAX_CHOICES:
             raise ValueError(f"PiecesConfig.schedule.choices must be <= {MAX_CHOICES} (the wire's cap)")
-        for name in ("piece_timeout", "have_wait", "fetch_timeout", "request_timeout", "session_idle",
-                     "serve_timeout", "slot_wait", "first_copy_window"):
+        for name in self.DURATIONS:
             if getattr(self, name) <= 0:
                 raise ValueError(f"PiecesConfig.{name} must be > 0")
+
+    def dilated(self, factor: float) -> PiecesConfig:
+        """Every duration here and in ``schedule`` times ``factor``, its rates divided by it
+        (:meth:`ScheduleConfig.dilated` says why)."""
+        if not factor > 0:
+            raise ValueError(f"PiecesConfig.dilated: factor must be > 0, got {factor}")
+        return replace(self, schedule=self.schedule.dilated(factor),
+                       **{n: getattr(self, n) * factor for n in self.DURATIONS})
 
 
 @dataclass(frozen=True)

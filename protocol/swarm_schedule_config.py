@@ -8,8 +8,8 @@ the flow model, the benches) needs these values without the scheduler's rules.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
 
 ALL: Literal["all"] = "all"
 
@@ -36,14 +36,28 @@ class ScheduleConfig:
     overdue_factor: float = 4.0  # a request is overdue after this times its expected time ...
     overdue_floor: float = 2.0  # ... and never before this many seconds
 
+    # The fields in seconds and in bytes per second: what :meth:`dilated` scales.
+    DURATIONS: ClassVar[tuple[str, ...]] = ("backoff", "max_rest", "overdue_floor")
+    RATES: ClassVar[tuple[str, ...]] = ("prior_rate",)
+
     def __post_init__(self) -> None:
         if self.max_in_flight < 1 or self.choices < 1:
             raise ValueError("ScheduleConfig.max_in_flight and choices must be >= 1")
-        for name in ("prior_rate", "backoff", "max_rest", "overdue_factor", "overdue_floor"):
+        for name in (*self.RATES, *self.DURATIONS, "overdue_factor"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ScheduleConfig.{name} must be > 0")
         if not 0 < self.rate_smoothing <= 1:
             raise ValueError("ScheduleConfig.rate_smoothing must be in (0, 1]")
+
+    def dilated(self, factor: float) -> ScheduleConfig:
+        """The same decisions in slower time: every duration times ``factor``, every rate divided by it.
+        Why: a swarm whose links all run at 1/``factor`` of their rates, with this config, makes the choices
+        the full-rate swarm makes with the original, ``factor`` times slower; that is how a machine with
+        fewer cores than daemons measures a profile's schedule (bench/exchange.py ``--dilate``)."""
+        if not factor > 0:
+            raise ValueError(f"ScheduleConfig.dilated: factor must be > 0, got {factor}")
+        return replace(self, **{n: getattr(self, n) * factor for n in self.DURATIONS},
+                       **{n: getattr(self, n) / factor for n in self.RATES})
 
 
 @dataclass(frozen=True)

@@ -117,11 +117,16 @@ def profile_name(profile: str, rate_scale: float) -> str:
     return profile if rate_scale == 1 else f"{profile}@{rate_scale:g}"
 
 
-def tbf_args(mbit: float) -> list[str]:
-    """``tc qdisc`` arguments of a token bucket at ``mbit`` Mbit/s (why these values: module docstring)."""
+def tbf_args(mbit: float, time_scale: float = 1.0) -> list[str]:
+    """``tc qdisc`` arguments of a token bucket at ``mbit`` Mbit/s (why these values: module docstring).
+    ``time_scale``: the burst's and the queue's seconds times this, so a link run at a fraction of its
+    rate keeps the bytes they hold at its full rate (a dilated run, :class:`Network`)."""
+    if not time_scale >= 1:
+        raise ValueError(f"time_scale must be >= 1, got {time_scale}")
     rate_bytes = mbit * 1e6 / 8
-    burst = int(min(max(rate_bytes * 0.004, 16 * 1024), 1024 * 1024))
-    return ["tbf", "rate", f"{mbit:g}mbit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS}ms"]
+    burst = int(min(max(rate_bytes * 0.004 * time_scale, 16 * 1024), 1024 * 1024))
+    return ["tbf", "rate", f"{mbit:g}mbit", "burst", str(burst), "latency",
+            f"{TBF_LATENCY_MS * time_scale:g}ms"]
 
 
 def available() -> str | None:
@@ -232,14 +237,18 @@ class Network:
     """
 
     def __init__(self, links: Sequence[Link], nats: Mapping[int, Nat] | None = None, *,
-                 subnet: str = SUBNET, tcp_congestion: str | None = None) -> None:
+                 subnet: str = SUBNET, tcp_congestion: str | None = None, time_scale: float = 1.0) -> None:
         """``tcp_congestion``: the TCP congestion control every peer's namespace sends with (``cubic``, the
-        default of most volunteers' systems); None keeps what new namespaces inherit from the host."""
+        default of most volunteers' systems); None keeps what new namespaces inherit from the host.
+        ``time_scale``: for links at 1/``time_scale`` of a profile's rates, each queue and burst holds the
+        bytes it would at the profile's own rates (:func:`tbf_args`)."""
         why = available() or (nat.available() if nats else None)
         if why is not None:
             raise NetnsError(["ip", "netns"], why)
         check_congestion_control(tcp_congestion)
         self.tcp_congestion = tcp_congestion
+        tbf_args(1.0, time_scale)  # refuses a bad scale before anything exists
+        self.time_scale = time_scale
         if not 1 <= len(links) <= MAX_PEERS:
             raise ValueError(f"links: need 1..{MAX_PEERS} peers, got {len(links)}")
         self.nats = dict(nats or {})
@@ -315,8 +324,10 @@ class Network:
 
     def shape(self, i: int, link: Link) -> None:
         """(Re)shape peer i's link: upload on its own veth end, download on the hub's end."""
-        _run(["tc", "-n", self.ns(i), "qdisc", "replace", "dev", PEER_IF, "root", *tbf_args(link.up_mbit)])
-        _run(["tc", "-n", self.hub, "qdisc", "replace", "dev", f"p{i}", "root", *tbf_args(link.down_mbit)])
+        _run(["tc", "-n", self.ns(i), "qdisc", "replace", "dev", PEER_IF, "root",
+              *tbf_args(link.up_mbit, self.time_scale)])
+        _run(["tc", "-n", self.hub, "qdisc", "replace", "dev", f"p{i}", "root",
+              *tbf_args(link.down_mbit, self.time_scale)])
         self.links[i] = link
 
     def qdiscs(self, i: int) -> dict[str, str]:

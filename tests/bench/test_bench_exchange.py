@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
+from bench_import import bench_module
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,3 +38,33 @@ def test_exchange_bench_tiny(tmp_path: Path) -> None:
     assert 0 < row["median_round_s"] <= row["p90_round_s"]
     assert row["bound_s"]["10_mbit"] == pytest.approx(0.08)
     assert doc["hivemind"]["status"] and doc["netns"]["status"]
+
+
+@pytest.mark.parametrize("time_scale", [1.0, 4.0])
+def test_an_announcement_is_published_again_less_and_less_often(time_scale: float) -> None:
+    """Waiting with no news, a peer re-publishes after 1, 2, 4, 8, 8 ... s (times the run's time scale):
+    each re-publish floods the mesh, and at a barrier one a second from every waiting peer filled the slow
+    uplinks; each wait counts from its start. A new message starts again at 1 s. Trio's virtual clock."""
+    peer = bench_module("_exchange_peer")
+    sent: list[tuple[str, float]] = []
+
+    async def main() -> None:
+        inbox = peer.Inbox(time_scale)
+
+        def resender(name: str) -> Callable[[], Awaitable[None]]:
+            async def resend() -> None:
+                sent.append((name, trio.current_time() / time_scale))
+            return resend
+
+        old, new = resender("old"), resender("new")
+        with trio.move_on_after(20 * time_scale):
+            await inbox.wait_or_resend(old)
+        with trio.move_on_after(9 * time_scale):  # the same message: its back-off goes on
+            await inbox.wait_or_resend(old)
+        start = trio.current_time() / time_scale
+        with trio.move_on_after(4 * time_scale):  # a new one starts over
+            await inbox.wait_or_resend(new)
+        assert [round(t - start, 6) for name, t in sent if name == "new"] == [1.0, 3.0]
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert [round(t, 6) for name, t in sent if name == "old"] == [1.0, 3.0, 7.0, 15.0, 28.0]

@@ -166,3 +166,31 @@ def test_flow_validation_reads_a_file_that_gathers_several_runs(tmp_path: Path) 
     # One payload of 200 kB each way over a 5 Mbit/s uplink at TCP rate: the bound, and the model above it.
     assert got["bound_s"] == pytest.approx(200_000 / (5e6 / 8 * flow.EFFICIENCY), abs=1e-3)
     assert got["bound_s"] <= got["model_s"] <= 1.5 * got["bound_s"]
+
+
+@pytest.mark.parametrize("extra", [["--rate-scale", "0.5"], ["--pieces"], ["--pieces", "--rate-scale", "1"]])
+def test_exchange_dilate_without_pieces_or_a_rate_scale_is_refused(
+        extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    exchange = bench_module("exchange")
+    with pytest.raises(SystemExit) as exited:
+        exchange.main(["--netns", "home", "--dilate", *extra])
+    assert exited.value.code == 2
+    assert "--dilate needs --pieces and a --rate-scale below 1" in capsys.readouterr().err
+
+
+def test_flow_validation_models_a_dilated_run_with_its_dilated_settings(tmp_path: Path) -> None:
+    """A run of bench/exchange.py --dilate is checked against the model with the daemons' settings dilated
+    alike (PiecesConfig.dilated), and its row says so."""
+    flow = bench_module("flow")
+    from distro_node.protocol.pieces_wire import PiecesConfig
+
+    links = [[250.0, 250.0], [25.0, 2.5], [5.0, 0.5]]
+    row = {"peers": 3, "payload_bytes": 300_000, "median_round_s": 9.0, "rate_scale": 0.25, "time_scale": 4.0,
+           "links_mbit_down_up": links}
+    path = tmp_path / "dilated.json"
+    path.write_text(json.dumps({"profiles": {"mixed@0.25+dilated": {"results": [row]}}}))
+    (got,) = flow.validation([path])
+    assert got["time_scale"] == 4.0
+    lines = [flow.line(flow.TestbedLink(down, up)) for down, up in links]
+    want = flow.run_one(lines, 0, flow.TESTBED_LATENCY, 300_000, pieces=PiecesConfig().dilated(4.0))
+    assert got["model_s"] == want["seconds"]

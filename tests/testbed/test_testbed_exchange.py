@@ -53,3 +53,23 @@ def test_exchange_bench_at_half_the_profiles_rates(tmp_path: Path) -> None:
     # Read from each peer's download bucket: a count for every peer (a 50 Mbit/s downlink fed by two 5
     # Mbit/s uplinks has no reason to drop many).
     assert len(row["downlink_drops"]) == 3 and all(0 <= d < 1000 for d in row["downlink_drops"])
+
+
+def test_a_dilated_exchange_runs_the_swarm_in_slower_time(tmp_path: Path) -> None:
+    """--dilate: links at half the rates with queues of the full rates' bytes, and peers whose piece
+    protocol waits twice as long; the run is named for it and records the scale."""
+    out = tmp_path / "exchange_netns_pieces.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "exchange.py"), "--netns", "home", "--pieces", "--rate-scale",
+         "0.5", "--dilate", "--peers", "3", "--rounds", "2", "--size", "300000", "--wall", "100",
+         "--no-hivemind", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=140, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = json.loads(out.read_text())["profiles"]["home@0.5+dilated"]
+    (row,) = run["results"]
+    assert row["rate_scale"] == 0.5 and row["time_scale"] == 2.0
+    assert run["tbf"]["5_mbit"].endswith("latency 100ms")
+    assert row["median_round_s"] >= 0.9 * row["bound_s"]
+    assert row["amplification"] <= 1.05
+

@@ -66,3 +66,12 @@ def test_peers_send_with_the_congestion_control_asked_for() -> None:
             assert got == "cubic"
     with pytest.raises(ValueError, match="tcp_congestion"):
         Network([HOME], tcp_congestion="no-such-control")
+
+
+def test_a_dilated_network_shapes_every_queue_for_its_time_scale() -> None:
+    with Network([HOME, HOME], time_scale=4.0) as net:
+        for i in range(2):
+            shaped = net.qdiscs(i)
+            assert "lat 200ms" in shaped["upload"] and "lat 200ms" in shaped["download"], shaped
+    with pytest.raises(ValueError, match="time_scale"):
+        Network([HOME], time_scale=0.5)

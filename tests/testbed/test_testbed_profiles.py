@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from distro_node.node.testbed.netns import MIXED_CYCLE, SLOW, profile_links, profile_name
+from distro_node.node.testbed.netns import MIXED_CYCLE, SLOW, profile_links, profile_name, tbf_args
 
 
 def test_a_scaled_profile_keeps_its_shape_at_a_fraction_of_the_rates() -> None:
@@ -21,3 +21,23 @@ def test_a_scaled_profile_keeps_its_shape_at_a_fraction_of_the_rates() -> None:
 def test_a_rate_scale_outside_zero_to_one_is_refused_by_name(scale: float) -> None:
     with pytest.raises(ValueError, match="rate_scale"):
         profile_links("home", 4, scale)
+
+
+def _bucket(mbit: float, time_scale: float = 1.0) -> tuple[int, str]:
+    args = tbf_args(mbit, time_scale)
+    return int(args[args.index("burst") + 1]), args[args.index("latency") + 1]
+
+
+def test_a_dilated_link_queues_the_bytes_it_would_at_the_profiles_rate() -> None:
+    """A link at a quarter of its rate, dilated 4x, holds in its queue and burst the bytes the full-rate
+    link holds: a gigabit line's 500 kB burst, the 16 KiB floor of the slow ones, 50 ms of queue each."""
+    for full in (1000.0, 100.0, 2.0):
+        assert _bucket(full / 4, 4.0) == (_bucket(full)[0], "200ms")
+    assert _bucket(1000.0) == (500_000, "50ms")
+    assert _bucket(2.0)[0] == 16 * 1024
+
+
+@pytest.mark.parametrize("time_scale", [0.5, 0.0, float("nan")])
+def test_a_time_scale_below_one_is_refused_by_name(time_scale: float) -> None:
+    with pytest.raises(ValueError, match="time_scale"):
+        tbf_args(10.0, time_scale)
