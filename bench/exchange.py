@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dilate", action="store_true",
                     help="with --pieces and --rate-scale F: the same swarm in slower time, not only slower "
                          "links: every peer's pieces-protocol durations times 1/F and its prior rate times F "
-                         "(PiecesConfig.dilated), every link's queue and burst the bytes they hold at the "
-                         "profile's rates; results under PROFILE@F+dilated")
+                         "(PiecesConfig.dilated) and the bench's re-publishing times 1/F, every link's queue "
+                         "and burst the bytes they hold at the profile's rates; results under "
+                         "PROFILE@F+dilated")
     ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                     help="with --netns: each peer's stderr (DEBUG for the piece fetch) in DIR/N/peerI.log")
     ap.add_argument("--hivemind-python", type=Path, default=None, metavar="PATH",
