@@ -16,14 +16,21 @@ namespace run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
 from _exchange_run import run_config, summarize
+from distro_node.node.testbed.capture import UplinkCapture, classify
+from distro_node.node.testbed.capture import available as capture_available
 from distro_node.node.testbed.netns import (
+    NetnsError,
     Network,
     check_congestion_control,
     profile_links,
@@ -63,6 +70,27 @@ def _swarm_figures(peers: int, rounds: int, size: int, results: list[dict[str, A
             "uploads_cut_per_round": [round(r.get("cut", 0) / rounds, 2) for r in results]}
 
 
+@contextlib.contextmanager
+def _uplink_capture(net: Network, peer: int | None, out: dict[str, Any]) -> Iterator[None]:
+    """With ``peer``: its uplink captured while the block runs, sorted by kind of frame into ``out``
+    (node/testbed/capture.py ``classify``) once it ends; the capture file goes with its temporary folder."""
+    if peer is None:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="uplink") as folder:
+        pcap = Path(folder) / "uplink.pcap"
+        capture = UplinkCapture(net, peer, pcap)
+        try:
+            capture.start()
+        except NetnsError as exc:
+            raise BenchError(f"--capture-uplink: {exc}") from exc
+        try:
+            yield
+        finally:
+            capture.stop()
+        out.update(classify(pcap))
+
+
 def run_netns(args: argparse.Namespace) -> int:
     if not ready_for_bench("--netns"):
         return 2
@@ -70,8 +98,13 @@ def run_netns(args: argparse.Namespace) -> int:
         counts = [int(x) for x in args.peers.split(",")]
         profile_links(args.netns, 2, args.rate_scale)
         check_congestion_control(args.tcp_congestion)
+        if args.capture_uplink is not None and not 0 <= args.capture_uplink < min(counts):
+            raise ValueError(f"--capture-uplink {args.capture_uplink}: no such peer in {min(counts)}")
     except ValueError as exc:
         print(f"error: {exc}")
+        return 2
+    if args.capture_uplink is not None and capture_available() is not None:
+        print(f"error: --capture-uplink {capture_available()}")
         return 2
     name = profile_name(args.netns, args.rate_scale)
     if args.tcp_congestion is not None:  # never under the name of the host's own congestion control's runs
@@ -89,13 +122,15 @@ def run_netns(args: argparse.Namespace) -> int:
                 check = net.measure([0], 1, CHECK_SECONDS)
                 before = [net.uplink_counters(i) for i in range(n)]
                 before_down = [net.downlink_counters(i)["drops"] for i in range(n)]
-                per_peer = run_config(n, args.rounds, args.size, args.wall, net,
-                                      extra=(*(("--pieces",) if args.pieces else ()),
-                                             *(("--no-turns",) if args.no_turns else ()),
-                                             *(("--time-scale", f"{time_scale:g}") if args.dilate else ()),
-                                             *(("--log-level", "debug") if args.keep_logs else ())),
-                                      results=results,
-                                      log_dir=None if args.keep_logs is None else args.keep_logs / f"{n}")
+                captured: dict[str, Any] = {}
+                with _uplink_capture(net, args.capture_uplink, captured):
+                    extra = (*(("--pieces",) if args.pieces else ()),
+                             *(("--no-turns",) if args.no_turns else ()),
+                             *(("--time-scale", f"{time_scale:g}") if args.dilate else ()),
+                             *(("--log-level", "debug") if args.keep_logs else ()))
+                    logs = None if args.keep_logs is None else args.keep_logs / f"{n}"
+                    per_peer = run_config(n, args.rounds, args.size, args.wall, net, extra=extra,
+                                          results=results, log_dir=logs)
                 sent = [{k: v - was[k] for k, v in net.uplink_counters(i).items()}
                         for i, was in enumerate(before)]
                 dropped_down = [net.downlink_counters(i)["drops"] - was for i, was in enumerate(before_down)]
@@ -128,6 +163,10 @@ def run_netns(args: argparse.Namespace) -> int:
         })
         if args.pieces:
             row.update(_swarm_figures(n, args.rounds, args.size, results))
+        if captured:
+            per_round = {kind: round(v["bytes"] / (args.size * args.rounds), 3)
+                         for kind, v in captured["kinds"].items()}
+            row["uplink_capture"] = {"peer": args.capture_uplink, **captured, "payloads_per_round": per_round}
         rows.append(row)
         print(f"{name}, {n} peers x {args.size / 1e6:.2f} MB: median round "
               f"{row['median_round_s']:.3f} s (p90 {row['p90_round_s']:.3f} s), bound {bound:.3f} s at "

@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
                          "(PiecesConfig.dilated) and the bench's re-publishing times 1/F, every link's queue "
                          "and burst the bytes they hold at the profile's rates; results under "
                          "PROFILE@F+dilated")
+    ap.add_argument("--capture-uplink", type=int, default=None, metavar="I",
+                    help="with --netns, as root with tcpdump: capture peer I's outbound frames during each "
+                         "configuration and report them by kind (bulk, control, acknowledgement; "
+                         "node/testbed/capture.py) as the row's uplink_capture")
     ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                     help="with --netns: each peer's stderr (DEBUG for the piece fetch) in DIR/N/peerI.log")
     ap.add_argument("--hivemind-python", type=Path, default=None, metavar="PATH",
@@ -83,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--rate-scale needs --netns PROFILE")
     if args.tcp_congestion is not None and args.netns is None:
         ap.error("--tcp-congestion needs --netns PROFILE")
+    if args.capture_uplink is not None and args.netns is None:
+        ap.error("--capture-uplink needs --netns PROFILE")
     if args.dilate and (not args.pieces or not 0 < args.rate_scale < 1):
         ap.error("--dilate needs --pieces and a --rate-scale below 1")
     if args.netns is not None:

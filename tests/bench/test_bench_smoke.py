@@ -194,3 +194,11 @@ def test_flow_validation_models_a_dilated_run_with_its_dilated_settings(tmp_path
     lines = [flow.line(flow.TestbedLink(down, up)) for down, up in links]
     want = flow.run_one(lines, 0, flow.TESTBED_LATENCY, 300_000, pieces=PiecesConfig().dilated(4.0))
     assert got["model_s"] == want["seconds"]
+
+
+def test_exchange_capture_uplink_without_netns_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    exchange = bench_module("exchange")
+    with pytest.raises(SystemExit) as exited:
+        exchange.main(["--capture-uplink", "1"])
+    assert exited.value.code == 2
+    assert "--capture-uplink needs --netns PROFILE" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from distro_node.node.testbed.capture import available as capture_available
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,12 +58,13 @@ def test_exchange_bench_at_half_the_profiles_rates(tmp_path: Path) -> None:
 
 def test_a_dilated_exchange_runs_the_swarm_in_slower_time(tmp_path: Path) -> None:
     """--dilate: links at half the rates with queues of the full rates' bytes, and peers whose piece
-    protocol waits twice as long; the run is named for it and records the scale."""
+    protocol waits twice as long; the run is named for it and records the scale. With --capture-uplink."""
     out = tmp_path / "exchange_netns_pieces.json"
+    capture = ["--capture-uplink", "1"] if capture_available() is None else []  # tcpdump may be missing
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "exchange.py"), "--netns", "home", "--pieces", "--rate-scale",
          "0.5", "--dilate", "--peers", "3", "--rounds", "2", "--size", "300000", "--wall", "100",
-         "--no-hivemind", "--out", str(out)],
+         "--no-hivemind", *capture, "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=140, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -72,4 +74,13 @@ def test_a_dilated_exchange_runs_the_swarm_in_slower_time(tmp_path: Path) -> Non
     assert run["tbf"]["5_mbit"].endswith("latency 100ms")
     assert row["median_round_s"] >= 0.9 * row["bound_s"]
     assert row["amplification"] <= 1.05
+    # --capture-uplink: peer 1's uplink by kind of frame. It served pieces (bulk), acknowledged what it
+    # downloaded, and asked for pieces (control); the kinds add up to what was captured.
+    if not capture:
+        return
+    captured = row["uplink_capture"]
+    assert captured["peer"] == 1 and captured["frames"] > 100
+    assert all(captured["kinds"][k]["frames"] > 0 for k in ("bulk", "control", "ack"))
+    assert sum(captured["share"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert captured["payloads_per_round"]["bulk"] >= 0.5
 
