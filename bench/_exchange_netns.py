@@ -29,15 +29,8 @@ from _common import RESULTS_DIR, BenchError, write_json
 from _exchange_run import run_config, summarize
 from distro_node.node.testbed.capture import UplinkCapture, classify
 from distro_node.node.testbed.capture import available as capture_available
-from distro_node.node.testbed.netns import (
-    NetnsError,
-    Network,
-    check_congestion_control,
-    profile_links,
-    profile_name,
-    ready_for_bench,
-    tbf_args,
-)
+from distro_node.node.testbed.links import profile_links, profile_name, tbf_args
+from distro_node.node.testbed.netns import NetnsError, Network, check_congestion_control, ready_for_bench
 from distro_node.protocol.pieces import piece_count
 from distro_node.protocol.pieces_wire import PIECES_PROTOCOL
 from distro_node.protocol.transfer import PAYLOAD_PROTOCOL

@@ -21,15 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import RESULTS_DIR, machine_info, write_json
-from distro_node.node.testbed.netns import (
-    GIGABIT,
-    HOME,
-    SLOW,
-    Link,
-    Network,
-    check_congestion_control,
-    ready_for_bench,
-)
+from distro_node.node.testbed.links import GIGABIT, HOME, SLOW, Link
+from distro_node.node.testbed.netns import Network, check_congestion_control, ready_for_bench
 from flow import EFFICIENCY, SEGMENT_BYTES
 
 LINES = {"slow": SLOW, "home": HOME}

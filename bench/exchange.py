@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-scale", type=float, default=1.0, metavar="F",
                     help="with --netns: every link at F times the profile's rates (0 < F <= 1; results "
                          "under PROFILE@F): a machine with fewer cores than peers measures the schedule, "
-                         "not its CPU (node/testbed/netns.py, profile_links)")
+                         "not its CPU (node/testbed/links.py, profile_links)")
     ap.add_argument("--tcp-congestion", default=None, metavar="NAME",
                     help="with --netns: every peer's namespace sends with this TCP congestion control "
                          "(e.g. cubic; results under PROFILE+NAME); default: what namespaces inherit from "

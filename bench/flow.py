@@ -41,14 +41,14 @@ from distro_node.node.sim.flow_net import Line
 from distro_node.node.sim.flow_spec import ExchangeSpec, swarm_bound
 from distro_node.node.sim.flow_step import simulate_exchange
 from distro_node.node.sim.flow_topology import full_mesh, random_graph
-from distro_node.node.testbed.netns import GIGABIT, HOME, SLOW, profile_links
-from distro_node.node.testbed.netns import Link as TestbedLink
+from distro_node.node.testbed.links import GIGABIT, HOME, SLOW, profile_links
+from distro_node.node.testbed.links import Link as TestbedLink
 from distro_node.protocol.consensus.config import DEFAULT_INCLUSION_FETCH_MARGIN
 from distro_node.protocol.host_config import HostConfig
 from distro_node.protocol.pieces_wire import PiecesConfig
 
 # Payload bytes per wire byte on a TCP/IP link of 1514-byte frames carrying 1448 bytes each; the testbed's
-# measured TCP rates are 96-97% of nominal (node/testbed/netns.py).
+# measured TCP rates are 96-97% of nominal (node/testbed/links.py).
 FRAME_BYTES = 1514
 SEGMENT_BYTES = 1448
 EFFICIENCY = SEGMENT_BYTES / FRAME_BYTES

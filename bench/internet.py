@@ -43,7 +43,8 @@ from distro_node.node.join_process import PeerProc, PeerWaitError
 from distro_node.node.sim.flow_net import Line
 from distro_node.node.sim.flow_spec import swarm_bound as exchange_bound
 from distro_node.node.sim.flow_topology import full_mesh
-from distro_node.node.testbed.netns import PROFILES, Link, profile_links, profile_name, ready_for_bench
+from distro_node.node.testbed.links import PROFILES, Link, profile_links, profile_name
+from distro_node.node.testbed.netns import ready_for_bench
 from distro_node.node.testbed.swarm import Testbed
 
 # Round settings generous enough that a round at 2 Mbit up is never cut short: this measures speed, it does
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-scale", type=float, default=1.0, metavar="F",
                     help="every link at F times the profile's rates (0 < F <= 1; runs named PROFILE@F): "
                          "with fewer cores than peers the profile's own rates measure the daemons' CPU, "
-                         "a fifth of them the schedule (node/testbed/netns.py, profile_links)")
+                         "a fifth of them the schedule (node/testbed/links.py, profile_links)")
     args = ap.parse_args(argv)
     if not ready_for_bench("bench/internet.py"):
         return 2

@@ -28,8 +28,9 @@ from typing import Any
 from _common import RESULTS_DIR, BenchError, write_json
 from distro_node.node.join_process import PeerWaitError
 from distro_node.node.testbed.debian import install_missing
+from distro_node.node.testbed.links import profile_links
 from distro_node.node.testbed.nat import Nat
-from distro_node.node.testbed.netns import profile_links, ready_for_bench
+from distro_node.node.testbed.netns import ready_for_bench
 from distro_node.node.testbed.swarm import Testbed
 
 RUN = ["--preset", "tiny", "--batch-size", "4", "--seq-len", "32", "--round-timeout", "5",

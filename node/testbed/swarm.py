@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from distro_node.node.join_process import CLI, JoinCommandError, PeerProc, join_args
+from distro_node.node.testbed.links import Link
 from distro_node.node.testbed.nat import Nat
-from distro_node.node.testbed.netns import Link, Network
+from distro_node.node.testbed.netns import Network
 
 LISTEN_PORT = 0  # any free port: each namespace has its own port space, but tests never fix ports
 

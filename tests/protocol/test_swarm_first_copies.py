@@ -11,7 +11,7 @@ from distro_node.node.sim.flow_net import FlowModelError, Line
 from distro_node.node.sim.flow_spec import ExchangeSpec
 from distro_node.node.sim.flow_step import simulate_exchange
 from distro_node.node.sim.flow_topology import full_mesh
-from distro_node.node.testbed.netns import profile_links
+from distro_node.node.testbed.links import profile_links
 from distro_node.protocol.pieces_wire import PiecesConfig, Status
 from distro_node.protocol.swarm_first_copies import FirstCopies, PeerRates
 from distro_node.protocol.testing import WAIT

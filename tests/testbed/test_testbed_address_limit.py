@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from distro_node.node.testbed.netns import GIGABIT, Network
+from distro_node.node.testbed.links import GIGABIT
+from distro_node.node.testbed.netns import Network
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from distro_node.node.testbed.capture import CaptureError, UplinkCapture, available, classify
-from distro_node.node.testbed.netns import GIGABIT, HOME, Network
+from distro_node.node.testbed.links import GIGABIT, HOME
+from distro_node.node.testbed.netns import Network
 
 
 def _tcp_frame(payload: int, proto: int = 6) -> bytes:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from distro_node.node.join_process import PeerProc
-from distro_node.node.testbed.netns import profile_links
+from distro_node.node.testbed.links import profile_links
 from distro_node.node.testbed.swarm import Testbed
 
 pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(240)]

@@ -6,14 +6,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from distro_node.node.testbed.netns import (
-    GIGABIT,
-    HOME,
-    NetnsError,
-    Network,
-    congestion_controls,
-    profile_links,
-)
+from distro_node.node.testbed.links import GIGABIT, HOME, profile_links
+from distro_node.node.testbed.netns import NetnsError, Network, congestion_controls
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
 

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 from distro_node.node.testbed.debian import install_missing
+from distro_node.node.testbed.links import HOME
 from distro_node.node.testbed.nat import Nat
-from distro_node.node.testbed.netns import HOME, Network
+from distro_node.node.testbed.netns import Network
 
 # Debian's nftables is installed here when missing (as root, node/testbed/debian.py), so CI runs these.
 _NO_NFT = install_missing(("nft",), "nftables")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from distro_node.node.testbed.netns import MIXED_CYCLE, SLOW, profile_links, profile_name, tbf_args
+from distro_node.node.testbed.links import MIXED_CYCLE, SLOW, profile_links, profile_name, tbf_args
 
 
 def test_a_scaled_profile_keeps_its_shape_at_a_fraction_of_the_rates() -> None:

@@ -10,8 +10,9 @@ import subprocess
 import pytest
 from distro_node.node.testbed.debian import install_missing
 from distro_node.node.testbed.dialback_roles import answer, start_asker, start_probers
+from distro_node.node.testbed.links import HOME
 from distro_node.node.testbed.nat import Nat
-from distro_node.node.testbed.netns import HOME, Network
+from distro_node.node.testbed.netns import Network
 
 _NO_NFT = install_missing(("nft",), "nftables")
 pytestmark = [pytest.mark.root, pytest.mark.skipif(_NO_NFT is not None, reason=str(_NO_NFT))]

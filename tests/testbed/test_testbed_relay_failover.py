@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from distro_node.node.join_process import Event, PeerProc, PeerWaitError
 from distro_node.node.testbed.debian import install_missing
+from distro_node.node.testbed.links import profile_links
 from distro_node.node.testbed.nat import Nat
-from distro_node.node.testbed.netns import profile_links
 from distro_node.node.testbed.swarm import Testbed
 from test_testbed_faults import RUN
 

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from distro_node.node.testbed.netns import profile_links
+from distro_node.node.testbed.links import profile_links
 from distro_node.node.testbed.swarm import Testbed
 
 pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.timeout(110)]

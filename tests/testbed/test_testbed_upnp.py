@@ -12,8 +12,9 @@ import pytest
 from distro_node.node.join_process import CLI, PeerProc, join_args, stop_all
 from distro_node.node.testbed.debian import install_missing
 from distro_node.node.testbed.dialback_roles import answer, start_asker, start_probers
+from distro_node.node.testbed.links import HOME
 from distro_node.node.testbed.nat import Nat, gateway
-from distro_node.node.testbed.netns import HOME, PUBLIC_LOOKING_SUBNET, Network
+from distro_node.node.testbed.netns import PUBLIC_LOOKING_SUBNET, Network
 from distro_node.node.testbed.upnp_router import UpnpRouter
 
 PORT = 4300  # inside the test's own namespaces: nothing else listens there
