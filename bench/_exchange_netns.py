@@ -96,8 +96,9 @@ def run_netns(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
-    if args.capture_uplink is not None and capture_available() is not None:
-        print(f"error: --capture-uplink {capture_available()}")
+    why = None if args.capture_uplink is None else capture_available()
+    if why is not None:
+        print(f"error: --capture-uplink {why}")
         return 2
     name = profile_name(args.netns, args.rate_scale)
     if args.tcp_congestion is not None:  # never under the name of the host's own congestion control's runs
@@ -106,6 +107,11 @@ def run_netns(args: argparse.Namespace) -> int:
     if args.dilate:
         name += "+dilated"
     rows: list[dict[str, Any]] = []
+
+    def per_round(nbytes: float) -> float:
+        """Bytes a link sent over the run, in payloads a round (start-up and first round included)."""
+        return nbytes / (args.size * args.rounds)
+
     for n in counts:
         links = profile_links(args.netns, n, args.rate_scale)
         up = min(link.up_mbit for link in links)
@@ -142,7 +148,7 @@ def run_netns(args: argparse.Namespace) -> int:
             "median_round_s_by_peer": [round(statistics.median(times), 2) for times in per_peer],
             # Per peer, in link order: every byte its shaped uplink sent during the run (frames, headers,
             # acknowledgements, gossip), in payloads per round, start-up and first round included.
-            "uplink_payloads_per_round": [round(c["bytes"] / (args.size * args.rounds), 2) for c in sent],
+            "uplink_payloads_per_round": [round(per_round(c["bytes"]), 2) for c in sent],
             "uplink_drops": [c["drops"] for c in sent],
             "tcp_congestion": args.tcp_congestion,  # None: the host's, machine.tcp_congestion_control
             # Frames dropped on the way to each peer: each hole has the peer acknowledge every segment
@@ -157,9 +163,8 @@ def run_netns(args: argparse.Namespace) -> int:
         if args.pieces:
             row.update(_swarm_figures(n, args.rounds, args.size, results))
         if captured:
-            per_round = {kind: round(v["bytes"] / (args.size * args.rounds), 3)
-                         for kind, v in captured["kinds"].items()}
-            row["uplink_capture"] = {"peer": args.capture_uplink, **captured, "payloads_per_round": per_round}
+            by_kind = {kind: round(per_round(v["bytes"]), 3) for kind, v in captured["kinds"].items()}
+            row["uplink_capture"] = {"peer": args.capture_uplink, **captured, "payloads_per_round": by_kind}
         rows.append(row)
         print(f"{name}, {n} peers x {args.size / 1e6:.2f} MB: median round "
               f"{row['median_round_s']:.3f} s (p90 {row['p90_round_s']:.3f} s), bound {bound:.3f} s at "

@@ -61,7 +61,7 @@ class Inbox:
         self.changed = trio.Event()
         self._time_scale = time_scale
         # The message last re-published, and how long to wait before it goes out again.
-        self._resending: tuple[Resend | None, float] = (None, RESEND_S * time_scale)
+        self._resending: tuple[Resend, float] | None = None
 
     async def pump(self, gossip: AnnouncementChannel) -> None:
         async for msg in gossip:
@@ -89,9 +89,8 @@ class Inbox:
         one a second from each of them filled the slow peers' uplinks as they served their last pieces
         (a capture of a slow uplink, docs/benchmarks.md). Once streams are up nothing is lost.
         """
-        last, wait = self._resending
-        if resend is not last:
-            wait = RESEND_S * self._time_scale
+        last = self._resending
+        wait = last[1] if last is not None and last[0] is resend else RESEND_S * self._time_scale
         changed = self.changed
         while not changed.is_set():
             with trio.move_on_after(wait):

@@ -38,7 +38,7 @@ from typing import Any
 
 from _common import RESULTS_DIR, BenchError, write_json
 from distro_node.node.sim.flow_net import Line
-from distro_node.node.sim.flow_spec import ExchangeSpec, swarm_bound
+from distro_node.node.sim.flow_spec import ExchangeSpec, daemon_settings, swarm_bound
 from distro_node.node.sim.flow_step import simulate_exchange
 from distro_node.node.sim.flow_topology import full_mesh, random_graph
 from distro_node.node.testbed.links import GIGABIT, HOME, SLOW, profile_links
@@ -91,12 +91,9 @@ def run_one(lines: list[Line], k: int, latency: float, payload_bytes: int = PAYL
     """``pieces``: the daemons' settings (default: PiecesConfig's), e.g. a dilated run's."""
     n = len(lines)
     wants = wants_for(n, k)
-    cfg = pieces or PiecesConfig()
     spec = ExchangeSpec(lines=tuple(lines), payload_bytes=payload_bytes, wants=wants,
                         neighbours=random_graph(n, HostConfig().max_peers, seed), latency=latency,
-                        upload_slots=cfg.upload_slots, slot_wait=cfg.slot_wait,
-                        first_copy_factor=cfg.first_copy_factor, first_copy_window=cfg.first_copy_window,
-                        schedule=cfg.schedule)
+                        **daemon_settings(pieces or PiecesConfig()))
     started = time.perf_counter()
     # A step after the first: the rates each peer measured in an earlier step (here: the same exchange run
     # once before) and its own time per uploaded piece decide who gets first copies, as the daemon keeps

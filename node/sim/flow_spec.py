@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from distro_node.protocol.pieces_wire import PiecesConfig
 from distro_node.protocol.swarm_first_copies import PeerRates
@@ -55,6 +56,14 @@ class ExchangeSpec:
 
     def announced(self, author: int) -> float:
         return self.announce_at[author] if self.announce_at else 0.0
+
+
+def daemon_settings(pieces: PiecesConfig) -> dict[str, Any]:
+    """The fields of :class:`ExchangeSpec` that are the daemons' own settings, taken from their config (a
+    dilated one, say): ``ExchangeSpec(..., **daemon_settings(cfg))``."""
+    return {"upload_slots": pieces.upload_slots, "slot_wait": pieces.slot_wait,
+            "first_copy_factor": pieces.first_copy_factor, "first_copy_window": pieces.first_copy_window,
+            "schedule": pieces.schedule}
 
 
 @dataclass
