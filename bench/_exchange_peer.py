@@ -178,6 +178,9 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
         if bootstrap:
             await host.bootstrap([bootstrap])
         await host.wait_for_peers(peers - 1, timeout=WAIT_S)
+        # Peer exchange twice a second forms the swarm fast; a daemon's default interval from here on, so
+        # its replies (hundreds of bytes, several a second) stop sharing the slow uplinks with the exchange.
+        host.config = replace(host.config, px_interval=HostConfig().px_interval)
         await gossip.wait_for_subscribers(host.connected_peers(), timeout=WAIT_S)
         inbox = Inbox(time_scale)
         times: list[float] = []

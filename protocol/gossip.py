@@ -36,6 +36,7 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
 from .errors import AnnouncementTooLargeError, GossipError
+from .gossip_lean import IDONTWANT_MIN_BYTES
 from .gossip_mute import MuteConfig, RefusalLedger
 from .gossip_pubsub import Prefilter, RunPubsub
 from .gossip_router import MemberIds, RunRouter
@@ -77,6 +78,8 @@ class GossipConfig:
     degree_low: int = 3
     degree_high: int = 8
     heartbeat_interval: int = 1
+    # Messages with less data get no IDONTWANT (protocol/gossip_lean.py); 0 sends it for every message.
+    idontwant_min_bytes: int = IDONTWANT_MIN_BYTES
     max_messages_per_topic_per_second: float = 1000.0
     # Our own per-signer limit (node/peer/rate_limit.py), applied by the validator before decoding: about 8x
     # an honest peer's rate at the tiny preset, with room for a catch-up burst.
@@ -113,6 +116,8 @@ class GossipConfig:
             raise ValueError("GossipConfig.reset_after must be > stuck_after")
         if not 0 < self.link_check_interval < 1e6:
             raise ValueError("GossipConfig.link_check_interval must be a positive number of seconds")
+        if self.idontwant_min_bytes < 0:
+            raise ValueError("GossipConfig.idontwant_min_bytes must be >= 0")
         if self.heartbeat_interval < 1 or self.receive_buffer < 1:
             raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
 
@@ -334,6 +339,7 @@ async def open_gossip(
         degree_low=cfg.degree_low,
         degree_high=cfg.degree_high,
         heartbeat_interval=cfg.heartbeat_interval,
+        idontwant_min_bytes=cfg.idontwant_min_bytes,
         max_messages_per_topic_per_second=cfg.max_messages_per_topic_per_second,
         # py-libp2p's "adaptive gossip" rescores the mesh every 30 s and rewrites the heartbeat interval and
         # degree bounds from that score: a healthy 4-peer swarm (mesh 3 of degree 4) scored 0.61, and the
