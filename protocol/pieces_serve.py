@@ -268,6 +268,9 @@ class PiecesServer:
                 self.uploads_cut += 1
             if key in self._own:
                 self.first_copies.asked(fetcher, ended)
+                if ok:
+                    own_rate = self.waitlist.upload_rate(PIECE_BYTES)
+                    self.first_copies.delivered(key, got, fetcher, ended, own_rate, self.rates)
             self._slot_freed.unpark_all()
 
     def _choose(self, key: tuple[int, bytes], choices: tuple[int, ...], have: set[int],
@@ -278,7 +281,7 @@ class PiecesServer:
         relay_waits = self._relay_waits(key)
         got = pick_to_serve(choices, have, started, uploading=self.uploads_in_progress,
                             slots=self.config.upload_slots, relay_waits=relay_waits)
-        if key in self._own and self.first_copies.keeps(got, started, fetcher, trio.current_time(),
+        if key in self._own and self.first_copies.keeps(key, got, started, fetcher, trio.current_time(),
                                                         self.waitlist.upload_rate(PIECE_BYTES), self.rates):
             return Decline.BUSY, False
         return got, not relay_waits

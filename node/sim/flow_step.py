@@ -186,7 +186,7 @@ class _Exchange:
                                                             piece_count(self.spec.payload_bytes))
         got = pick_to_serve(candidates, self.have[holder].get(author, set()), started,
                             uploading=self.uploading[holder], slots=self.spec.upload_slots, relay_waits=waits)
-        if author == holder and self.first[holder].keeps(got, started, str(fetcher), self.net.now,
+        if author == holder and self.first[holder].keeps(author, got, started, str(fetcher), self.net.now,
                                                          self.waitlists[holder].upload_rate(PIECE_BYTES),
                                                          self.rates[holder]):
             return Decline.BUSY, True
@@ -267,6 +267,8 @@ class _Exchange:
             self.rates[fetcher].observe(str(holder), rate)
         if holder == author:
             self.first[holder].asked(str(fetcher), self.net.now)
+            self.first[holder].delivered(author, piece, str(fetcher), self.net.now,
+                                         self.waitlists[holder].upload_rate(PIECE_BYTES), self.rates[holder])
         self._ungate(fetcher, author, rid)
         self.have[fetcher].setdefault(author, set()).add(piece)
         name = self.names[fetcher]

@@ -50,8 +50,25 @@ def test_a_first_copy_waits_for_a_fast_fetcher_only_while_one_is_waiting() -> No
         FirstCopies(factor=-1.0, window=1.0)
 
 
+def test_a_repeat_waits_a_window_after_a_fast_fetcher_got_the_piece() -> None:
+    rates = PeerRates()
+    rates.observe("gigabit", 100.0)
+    rates.observe("home", 15.0)
+    rule = FirstCopies(factor=2.0, window=1.0)
+    own, started = 10.0, {0: 1, 1: 1}
+    rule.delivered("p", 0, "gigabit", 0.0, own, rates)
+    rule.delivered("p", 1, "home", 0.0, own, rates)  # not twice our rate: its copy does not count
+    assert rule.keeps("p", 0, started, "home", 0.5, own, rates)
+    assert not rule.keeps("p", 1, started, "gigabit", 0.5, own, rates)
+    assert not rule.keeps("other payload", 0, started, "home", 0.5, own, rates)
+    assert not rule.keeps("p", 0, started, "home", 1.5, own, rates)  # the window is over: served again
+    off = FirstCopies(factor=0.0, window=1.0)
+    off.delivered("p", 0, "gigabit", 0.0, own, rates)
+    assert not off.keeps("p", 0, started, "home", 0.5, own, rates)
+
+
 @pytest.mark.network
-def test_an_origin_keeps_its_first_copies_for_a_fast_fetcher_and_still_repeats_to_a_slow_one() -> None:
+def test_an_origin_keeps_its_first_copies_for_a_fast_fetcher_and_repeats_only_what_no_fast_one_got() -> None:
     config = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, first_copy_window=WAIT)
 
     async def body() -> None:
@@ -68,7 +85,9 @@ def test_an_origin_keeps_its_first_copies_for_a_fast_fetcher_and_still_repeats_t
                 assert await ask_piece(from_slow, 2) is Status.BUSY  # a first copy, kept for the fast one
                 assert server.busy == 1
                 assert await ask_piece(from_fast, 2) is Status.OK
-                assert await ask_piece(from_slow, 0) is Status.OK  # a repeat, on an idle uplink
+                assert await ask_piece(from_fast, 1) is Status.OK  # a repeat, on an idle uplink
+                # A repeat of what the fast fetcher just got: it is to be had from there.
+                assert await ask_piece(from_slow, 0) is Status.BUSY
 
     trio.run(body)
 
