@@ -21,6 +21,7 @@ from multiaddr import Multiaddr
 from .muxer_guard import GuardedYamux, install_muxer_guard
 from .noise_reads import install_noise_reads
 from .pubsub_records import install_record_cache
+from .stream_select import OneWriteSelect
 
 
 def build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
@@ -44,6 +45,10 @@ def build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
     connector = getattr(host.get_network(), "auto_connector", None)  # the swarm's, not in INetwork
     if connector is not None:
         connector.maybe_connect = _no_auto_dials
+    # Streams we open negotiate their protocol in one write (stream_select.py); BasicHost keeps its client
+    # on the instance, as it does the connector above.
+    if hasattr(host, "multiselect_client"):
+        host.multiselect_client = OneWriteSelect()
     return host
 
 

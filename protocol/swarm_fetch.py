@@ -248,22 +248,19 @@ class _Fetch:
 
     async def _converse(self, lane: Lane) -> None:
         peer, complete = str(lane.holder), lane.complete
+        if not complete:
+            await self._listing_settled()
         opening = SessionOpen(self.request.run_id, self.request.step, self.request.root)
         async with client_stream(self.host, lane.holder, PIECES_PROTOCOL, timeout=self.cfg.fetch_timeout,
                                  what="pieces session") as raw:
             stream = BufferedStream(raw)
             await stream.write(opening.encode())
             await expect_ok(stream, peer)
-            while self.sched is None:
-                # The complete holders list first; a partial one only once none of them could.
-                if complete or all(x.over for x in self.lanes.values() if x.complete):
-                    if not await self._list(stream, peer):
-                        if complete:
-                            raise PayloadNotFoundError("a source does not hold the payload", peer)
-                        await trio.sleep(self.cfg.have_wait)  # it has nothing yet
-                else:
-                    with trio.move_on_after(self.cfg.have_wait):
-                        await self._listed.wait()
+            while self.sched is None:  # a partial holder is here only once no complete one could list
+                if not await self._list(stream, peer):
+                    if complete:
+                        raise PayloadNotFoundError("a source does not hold the payload", peer)
+                    await trio.sleep(self.cfg.have_wait)  # it has nothing yet
             if complete:
                 self.sched.holder_has(peer, ALL, conn_class=self.conn_class(lane.holder),
                                       rate=self._known_rate(peer))
@@ -289,6 +286,16 @@ class _Fetch:
                     if lane.current is not None:  # a request went out during the poll; its reply follows
                         await self._piece(stream, peer, lane, lane.current, sent=True)
                         lane.current = None
+
+    async def _listing_settled(self) -> None:
+        """Until the piece-hash list is in, or no complete holder is left to give it: a partial holder's
+        session opens only then. At a step's start partial holders have nothing yet, and their sessions
+        (stream and protocol set-up, five frames each way, 42 a peer at 8 peers) were most of the burst of
+        small frames that filled a slow origin's uplink for the first seconds, its answers to the complete
+        sessions queued behind them while its first copies waited (bench/exchange.py --capture-uplink)."""
+        while self.sched is None and not all(x.over for x in self.lanes.values() if x.complete):
+            with trio.move_on_after(self.cfg.have_wait):
+                await self._listed.wait()
 
     async def _list(self, stream: BufferedStream, peer: str) -> bool:
         """Ask this holder for the piece-hash list unless another session already got it; False when it
