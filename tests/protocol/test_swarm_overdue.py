@@ -23,8 +23,9 @@ REST_MS = 500
 # Quick to call a request overdue: the prior rate makes the floor the first limit, and each cancel raises
 # the next limit to four times the time the cancelled piece had run (0.05, ~0.4, ~1.6 s on an idle
 # machine; on one whose cores two other processes keep busy, the cancels come late and each limit grows
-# from the last, up to ~15 s): all far below the 64 s a crawling piece takes.
-IMPATIENT = PiecesConfig(piece_timeout=WAIT, fetch_timeout=WAIT, have_wait=0.5,
+# from the last, up to ~15 s): all far below the 64 s a crawling piece takes. The fetch gets three times
+# that worst case; with the bound around it still short of one crawl's 64 s.
+IMPATIENT = PiecesConfig(piece_timeout=WAIT, fetch_timeout=3 * WAIT, have_wait=0.5,
                          schedule=ScheduleConfig(prior_rate=1e8, overdue_floor=0.05))
 
 
@@ -84,7 +85,7 @@ def test_a_slow_author_stays_a_holder_through_overdue_cancels() -> None:
             data = os.urandom(SIZE)
             root = source.store.put(5, data)
             mirror.store.put(5, data)
-            with trio.fail_after(3 * WAIT):
+            with trio.fail_after(3 * WAIT + 10):
                 await connect_all_to([author, mirror_host, me], me)
                 stats = FetchStats()
                 got = await fetch(me, mine, 5, root, SIZE, [], [author, mirror_host], stats=stats,
