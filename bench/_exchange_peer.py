@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import trio
+from distro_node.protocol.errors import FetchFailedError
 from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
 from distro_node.protocol.host import HostConfig, P2PHost, open_host
 from distro_node.protocol.partials import PartialPayloads
@@ -49,6 +50,7 @@ WAIT_S = 120.0  # bound on any single wait (setup, a round, the barrier)
 # as long after, up to RESEND_MAX_S: see Inbox.wait_or_resend.
 RESEND_S = 1.0
 RESEND_MAX_S = 8.0
+PULL_ATTEMPTS = 3  # whole-payload pulls of one payload, each after the last failed
 LINGER_S = 3.0  # after the last barrier, keep re-sending our last DONE this long (or until everyone hung up)
 Resend = Callable[[], Awaitable[None]]
 
@@ -132,8 +134,16 @@ async def _round(host: P2PHost, gossip: AnnouncementChannel, inbox: Inbox, store
 
     async def pull(sender: ID, want: bytes) -> None:
         if swarm is None:
-            await fetch_payload(host, PayloadRequest(RUN, step, want), [sender], store=store,
-                                config=xfer, expected_size=size)
+            # A pull cut by a connection reset (a busy machine's, once in a CI run) is asked again; the
+            # round's own bound still ends a peer that never gets it.
+            for attempt in range(PULL_ATTEMPTS):
+                try:
+                    await fetch_payload(host, PayloadRequest(RUN, step, want), [sender], store=store,
+                                        config=xfer, expected_size=size)
+                    return
+                except FetchFailedError:
+                    if attempt + 1 == PULL_ATTEMPTS:
+                        raise
             return
         others = sorted(host.connected_peers(), key=str)
         await fetch_swarm(host, SwarmRequest(RUN, step, want, size), others, store=store,
