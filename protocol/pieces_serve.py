@@ -88,8 +88,9 @@ class PiecesServer:
             self._own.popitem(last=False)
 
     def _relay_waits(self, key: tuple[int, bytes]) -> bool:
-        if key in self._own:
-            return False
+        return key not in self._own and self._own_first_copies_left()
+
+    def _own_first_copies_left(self) -> bool:
         for own in self._own:
             whole = self.store.get(*own)  # our own payloads are whole; only the piece count is needed
             if whole is not None and own_first_copies_left(self._started.get(own), piece_count(len(whole))):
@@ -205,20 +206,31 @@ class PiecesServer:
                     ) -> tuple[Status, bytes]:
         """Our have-map once we hold a piece the fetcher neither holds nor asked for, or what we hold after
         ``have_wait`` or when the fetcher's next message arrives."""
-        held = self._held(*key)
+        offered = self._offered(key)
         with trio.move_on_after(self.config.have_wait):
-            while (held is None or all(message.holds(i) for i in held[1])) and not next_message():
+            while all(message.holds(i) for i in offered) and not next_message():
                 await self.partials.wait_changed()
-                held = self._held(*key)
-        if held is None:
-            return Status.NOT_FOUND, b""
-        size, have, _ = held
-        count = piece_count(size)
-        if message.count != count:
+                offered = self._offered(key)
+        held = self._held(*key)
+        if held is not None and message.count != piece_count(held[0]):
             self.bad_requests += 1
             return Status.BAD_REQUEST, b""
+        if held is None or not offered:
+            return Status.NOT_FOUND, b""
+        count = piece_count(held[0])
         return Status.OK, HAVE_HEADER.pack(min(self.uploads_in_progress, 0xFFFF), count) + encode_bitfield(
-            count, have)
+            count, offered)
+
+    def _offered(self, key: tuple[int, bytes]) -> set[int]:
+        """The pieces of a payload a HAVE tells of: those we hold, or none while ``_relay_waits`` (they would
+        be refused as BUSY). Told of them, fetchers asked and were refused again and again: on a slow
+        testbed uplink (mixed 8, bench/exchange.py) the answers and refusals were a few hundred small
+        frames a round on the line its own first copies were waiting for. The poll is answered once relays
+        are served again (``_piece`` wakes it), or after ``have_wait`` with nothing."""
+        held = self._held(*key)
+        if held is None or self._relay_waits(key):
+            return set()
+        return held[1]
 
     async def _piece(self, stream: INetStream, key: tuple[int, bytes], choices: tuple[int, ...]) -> bool:
         """Answer a PIECE message; False when the stream is no longer usable."""
@@ -245,7 +257,10 @@ class PiecesServer:
             return await reply_within(stream, self.config.request_timeout,
                                       bytes([Status.BUSY]) + U16.pack(wait_ms), close=False)
         self.waitlist.served(fetcher)
+        relays_wait = key in self._own and self._own_first_copies_left()
         started[got] = started.get(got, 0) + 1
+        if relays_wait and not self._own_first_copies_left():
+            self.partials.notify()  # the HAVE polls held while relays waited (``_offered``) answer now
         self.uploads_in_progress += 1
         self._uploads += 1
         upload = self._uploads

@@ -9,8 +9,10 @@ pull. One stream carries every request of one fetcher to one holder for one payl
   then, repeated:
   message = op:u8, then
     HAVE    count:u32 | bitfield[ceil(count / 8)]   the pieces the fetcher holds or has asked for
-                             (count <= MAX_PIECES); answered once the holder holds one outside it, or
-                             after ``have_wait`` with what it has (NOT_FOUND while it has nothing)
+                             (count <= MAX_PIECES); answered once the holder offers one outside it, or
+                             after ``have_wait`` with what it offers (NOT_FOUND while that is nothing).
+                             It offers what it holds, except while it refuses relays (pieces_serve.py
+                             ``_offered``)
     HASHES  (nothing)        the size and piece-hash list, which the fetcher checks against the root
     PIECE   n:u8 (1..16) | n x index:u32     "any one of these": the holder picks (pick_to_serve)
   reply   = status:u8, then if OK:

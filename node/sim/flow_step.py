@@ -120,7 +120,7 @@ class _Exchange:
         sched.holder_has(str(author), ALL, rate=known(str(author)))
         for holder in self.spec.neighbours[fetcher]:
             if holder != author:
-                sched.holder_has(str(holder), self.have[holder].get(author, set()),
+                sched.holder_has(str(holder), self._offered(holder, author),
                                  uploads=self.uploading[holder], rate=known(str(holder)))
         self._ask(fetcher, author)
 
@@ -182,8 +182,7 @@ class _Exchange:
               ) -> tuple[int | Decline, bool]:
         """As pieces_serve.PiecesServer._choose: the piece, and True when a BUSY must not be held."""
         started = self.started[holder].setdefault(author, {})
-        waits = author != holder and own_first_copies_left(self.started[holder].get(holder),
-                                                            piece_count(self.spec.payload_bytes))
+        waits = self._relay_waits(holder, author)
         got = pick_to_serve(candidates, self.have[holder].get(author, set()), started,
                             uploading=self.uploading[holder], slots=self.spec.upload_slots, relay_waits=waits)
         if author == holder and self.first[holder].keeps(author, got, started, str(fetcher), self.net.now,
@@ -191,6 +190,30 @@ class _Exchange:
                                                          self.rates[holder]):
             return Decline.BUSY, True
         return got, waits
+
+    def _relay_waits(self, holder: int, author: int) -> bool:
+        """As pieces_serve.PiecesServer._relay_waits: ``author``'s pieces wait at ``holder`` while pieces
+        of its own payload that somebody asked for never went out."""
+        return author != holder and self._own_left(holder)
+
+    def _own_left(self, holder: int) -> bool:
+        return own_first_copies_left(self.started[holder].get(holder), piece_count(self.spec.payload_bytes))
+
+    def _offered(self, holder: int, author: int) -> frozenset[int]:
+        """What a HAVE answer from ``holder`` tells of (pieces_serve.PiecesServer._offered)."""
+        if self._relay_waits(holder, author):
+            return frozenset()
+        return frozenset(self.have[holder].get(author, ()))
+
+    def _relays_resume(self, holder: int) -> None:
+        """``holder``'s own first copies are all out: the polls it held answer with what it offers now."""
+        for other in self.near[holder]:
+            for author in self.spec.wants[other]:
+                sched = self.sched.get((other, author))
+                offered = self._offered(holder, author)
+                if author != holder and offered and sched is not None and not sched.complete:
+                    news = partial(self._news, other, author, holder, offered)
+                    self.at(self.net.now + self.spec.latency, news)
 
     def _held_too_long(self, holder: int, key: tuple[int, int, int]) -> None:
         if self.queued[holder].pop(key, None) is not None:
@@ -218,7 +241,10 @@ class _Exchange:
             return
         waitlist.served(str(fetcher))
         started = self.started[holder].setdefault(author, {})
+        own_left = author == holder and self._own_left(holder)
         started[got] = started.get(got, 0) + 1
+        if own_left and not self._own_left(holder):
+            self._relays_resume(holder)
         self.uploading[holder] += 1
         self.sched[(fetcher, author)].piece_started(rid, got)
         size = piece_span(self.spec.payload_bytes, got)[1]
@@ -277,8 +303,9 @@ class _Exchange:
             if theirs is None or other == fetcher:
                 continue
             quiet = piece in theirs.no_news_from(name) or theirs.offers(name)
-            if not quiet:  # its poll there is answered now
-                news = partial(self._news, other, author, fetcher, frozenset(self.have[fetcher][author]))
+            offered = self._offered(fetcher, author)
+            if not quiet and offered:  # its poll there is answered now
+                news = partial(self._news, other, author, fetcher, offered)
                 self.at(self.net.now + self.spec.latency, news)
             unheard = self.unheard.get((other, author))
             if quiet or (unheard is not None and fetcher in unheard.holders):
@@ -317,7 +344,7 @@ class _Exchange:
         offering, names = sched.offering(), self.names
         for holder in [h for h in unheard.holders if h in answering and names[h] not in offering]:
             unheard.polled(holder)
-            news = partial(self._news, fetcher, author, holder, frozenset(self.have[holder][author]))
+            news = partial(self._news, fetcher, author, holder, self._offered(holder, author))
             self.at(self.net.now + 2 * self.spec.latency, news)
 
 

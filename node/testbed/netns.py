@@ -63,20 +63,33 @@ def available() -> str | None:
     return None
 
 
-def congestion_controls() -> set[str]:
-    """The TCP congestion controls this kernel offers (empty when it does not say)."""
+def _sysctl_words(name: str) -> set[str]:
     try:
-        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        with open(f"/proc/sys/net/ipv4/{name}") as f:
             return set(f.read().split())
     except OSError:
         return set()
 
 
+def congestion_controls() -> set[str]:
+    """The TCP congestion controls a testbed namespace may send with (empty when the kernel does not say):
+    those the kernel offers and also allows outside the host's own namespace. Setting one that is offered
+    but not allowed fails in a namespace with "Operation not permitted"."""
+    return _sysctl_words("tcp_available_congestion_control") & _sysctl_words("tcp_allowed_congestion_control")
+
+
 def check_congestion_control(name: str | None) -> None:
-    """ValueError naming ``tcp_congestion`` unless ``name`` is None (the host's) or one this kernel offers."""
-    offered = congestion_controls()
-    if name is not None and name not in offered:
+    """ValueError naming ``tcp_congestion`` unless ``name`` is None (the host's) or one a namespace may use
+    (:func:`congestion_controls`); the message says how to allow one the kernel offers."""
+    if name is None or name in congestion_controls():
+        return
+    offered = _sysctl_words("tcp_available_congestion_control")
+    if name not in offered:
         raise ValueError(f"tcp_congestion: {name!r} is not one of this kernel's {sorted(offered)}")
+    allowed = _sysctl_words("tcp_allowed_congestion_control")
+    raise ValueError(f"tcp_congestion: {name!r} is offered but a namespace may only use {sorted(allowed)}; "
+                     f"as root: sysctl -w net.ipv4.tcp_allowed_congestion_control="
+                     f"'{' '.join(sorted(allowed | {name}))}'")
 
 
 def _pid_alive(pid: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from distro_node.node.testbed import netns
 from distro_node.node.testbed.links import MIXED_CYCLE, SLOW, profile_links, profile_name, tbf_args
 
 
@@ -41,3 +42,19 @@ def test_a_dilated_link_queues_the_bytes_it_would_at_the_profiles_rate() -> None
 def test_a_time_scale_below_one_is_refused_by_name(time_scale: float) -> None:
     with pytest.raises(ValueError, match="time_scale"):
         tbf_args(10.0, time_scale)
+
+
+def test_a_congestion_control_a_namespace_may_not_use_is_refused_with_the_fix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that offers cubic but allows namespaces only reno and bbr (a fresh host) failed the
+    testbed's sysctl deep in its build with "Operation not permitted"; the check names the setting."""
+    words = {"tcp_available_congestion_control": {"reno", "bbr", "cubic"},
+             "tcp_allowed_congestion_control": {"reno", "bbr"}}
+    monkeypatch.setattr(netns, "_sysctl_words", lambda name: words[name])
+    assert netns.congestion_controls() == {"reno", "bbr"}
+    netns.check_congestion_control(None)
+    netns.check_congestion_control("bbr")
+    with pytest.raises(ValueError, match="tcp_allowed_congestion_control='bbr cubic reno'"):
+        netns.check_congestion_control("cubic")
+    with pytest.raises(ValueError, match="not one of this kernel's"):
+        netns.check_congestion_control("vegas")
