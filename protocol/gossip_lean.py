@@ -15,7 +15,13 @@ run are small (announcements, votes: a few hundred bytes), yet for each one a pe
   peers listen comes from peer exchange), and py-libp2p keeps the last one it verified, so each peer gets
   ours on the first RPC and again only when it changed (our addresses changed).
 
-Together they were about two thirds of a slow peer's gossip bytes.
+Together they were about two thirds of a slow peer's gossip bytes. A third thing went with every message,
+forwarded copies included:
+
+- the origin's public key (``key``, 38 bytes of a 284-byte announcement). The gossipsub spec omits it when
+  the key is inlined in the origin's peer id, as every ed25519 id is, and py-libp2p's validator takes the
+  key from the id first; the signature does not cover it. We drop it from each message we send on
+  (:func:`drop_inlined_key`) when the id holds the key, and keep it for any other kind of id.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class LeanGossip(GossipSub):
         self.idontwant_skipped = 0  # messages we sent no IDONTWANT for, for tests and profiles
 
     async def publish(self, msg_forwarder: ID, pubsub_msg: rpc_pb2.Message) -> None:
+        drop_inlined_key(pubsub_msg)  # before py-libp2p caches it for IWANT and sends it on
         token = _small_message.set(len(pubsub_msg.data) < self.idontwant_min_bytes)
         try:
             await super().publish(msg_forwarder, pubsub_msg)
@@ -82,4 +89,14 @@ class LeanGossip(GossipSub):
         super().remove_peer(peer_id)
 
 
-__all__ = ["IDONTWANT_MIN_BYTES", "LeanGossip"]
+def drop_inlined_key(msg: rpc_pb2.Message) -> None:
+    """Clear ``msg.key`` when the origin's peer id already holds that key (module docstring); a key that
+    differs from the id's is left for validation to reject."""
+    if not msg.key:
+        return
+    inlined = ID(msg.from_id).extract_public_key()  # None for an id that is not an inlined key
+    if inlined is not None and inlined.serialize() == msg.key:
+        msg.ClearField("key")
+
+
+__all__ = ["IDONTWANT_MIN_BYTES", "LeanGossip", "drop_inlined_key"]

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import multihash
 import pytest
 import trio
 from distro_node.protocol.gossip import AnnouncementChannel, GossipConfig, open_gossip
-from distro_node.protocol.gossip_lean import IDONTWANT_MIN_BYTES, LeanGossip
+from distro_node.protocol.gossip_lean import IDONTWANT_MIN_BYTES, LeanGossip, drop_inlined_key
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.testing import WAIT, start_hosts, wait_until
+from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pb import rpc_pb2
@@ -108,3 +110,44 @@ def test_our_record_goes_to_each_peer_once_until_it_changes(monkeypatch: pytest.
 def test_idontwant_threshold_is_checked() -> None:
     with pytest.raises(ValueError, match="idontwant_min_bytes"):
         GossipConfig(idontwant_min_bytes=-1)
+
+
+@pytest.mark.network
+def test_messages_go_out_without_a_key_their_origin_id_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Published and forwarded copies carry no ``key`` (ed25519 ids inline it), and still validate: a
+    spoke's message reaches the other spoke through the hub."""
+    published: list[rpc_pb2.Message] = []
+    original = GossipSub.send_rpc
+
+    def spy(self: GossipSub, peer_id: ID, rpc: rpc_pb2.RPC, priority: bool = False) -> None:
+        published.extend(rpc.publish)
+        original(self, peer_id, rpc, priority)
+
+    monkeypatch.setattr(GossipSub, "send_rpc", spy)
+
+    async def body() -> None:
+        async with star(3) as (hosts, chans):
+            await chans[1].publish(b"from a spoke")
+            with trio.fail_after(WAIT):
+                got = await chans[2].receive()
+            assert got.data == b"from a spoke" and got.sender == hosts[1].peer_id
+            assert len(published) >= 2  # the spoke's own copy and the hub's forwarded one
+            assert all(msg.signature and not msg.key for msg in published)
+
+    trio.run(body)
+
+
+def test_a_key_the_origin_id_does_not_hold_is_kept() -> None:
+    pair = create_new_key_pair()
+    ed_id = ID.from_pubkey(pair.public_key)
+    key = pair.public_key.serialize()
+    msg = rpc_pb2.Message(from_id=ed_id.to_bytes(), key=key, data=b"x")
+    drop_inlined_key(msg)
+    assert not msg.key
+    other = create_new_key_pair().public_key.serialize()
+    mismatched = rpc_pb2.Message(from_id=ed_id.to_bytes(), key=other)  # validation rejects it, with its key
+    drop_inlined_key(mismatched)
+    assert mismatched.key == other
+    hashed = rpc_pb2.Message(from_id=multihash.digest(key, "sha2-256").encode(), key=key)  # e.g. an RSA id
+    drop_inlined_key(hashed)
+    assert hashed.key == key
