@@ -70,8 +70,6 @@ class PiecesServer:
         self._lists: OrderedDict[tuple[int, bytes], list[bytes]] = OrderedDict()
         self._started: OrderedDict[tuple[int, bytes], dict[int, int]] = OrderedDict()
         self._own: OrderedDict[tuple[int, bytes], None] = OrderedDict()  # our own payloads, newest last
-        # Per own payload somebody asked for, the uploads of each piece that ended whole (``_relay_waits``).
-        self._own_sent: dict[tuple[int, bytes], dict[int, int]] = {}
         self.uploaded_bytes = 0
         self.pieces_served = 0
         self.bad_requests = 0
@@ -87,17 +85,15 @@ class PiecesServer:
         for other payloads' pieces are answered BUSY (``pick_to_serve``'s ``relay_waits``)."""
         self._own[(step, root)] = None
         while len(self._own) > _KEPT_OWN:
-            self._own_sent.pop(self._own.popitem(last=False)[0], None)
+            self._own.popitem(last=False)
 
     def _relay_waits(self, key: tuple[int, bytes]) -> bool:
         return key not in self._own and self._own_first_copies_left()
 
     def _own_first_copies_left(self) -> bool:
-        """Whether an own payload somebody asked for has pieces that never arrived anywhere whole: one on
-        its way is not out yet, and a relay beside it would slow it."""
         for own in self._own:
             whole = self.store.get(*own)  # our own payloads are whole; only the piece count is needed
-            if whole is not None and own_first_copies_left(self._own_sent.get(own), piece_count(len(whole))):
+            if whole is not None and own_first_copies_left(self._started.get(own), piece_count(len(whole))):
                 return True
         return False
 
@@ -245,7 +241,6 @@ class PiecesServer:
         fetcher = str(stream.muxed_conn.peer_id)
         if key in self._own:
             self.first_copies.asked(fetcher, trio.current_time())
-            self._own_sent.setdefault(key, {})
         got: int | Decline = Decline.NOT_HELD
         if held is not None:
             got, may_wait = self._choose(key, choices, held[1], started, fetcher)
@@ -262,7 +257,10 @@ class PiecesServer:
             return await reply_within(stream, self.config.request_timeout,
                                       bytes([Status.BUSY]) + U16.pack(wait_ms), close=False)
         self.waitlist.served(fetcher)
+        relays_wait = key in self._own and self._own_first_copies_left()
         started[got] = started.get(got, 0) + 1
+        if relays_wait and not self._own_first_copies_left():
+            self.partials.notify()  # the HAVE polls held while relays waited (``_offered``) answer now
         self.uploads_in_progress += 1
         self._uploads += 1
         upload = self._uploads
@@ -286,19 +284,9 @@ class PiecesServer:
             if key in self._own:
                 self.first_copies.asked(fetcher, ended)
                 if ok:
-                    self._sent_whole(key, got)
                     own_rate = self.waitlist.upload_rate(PIECE_BYTES)
                     self.first_copies.delivered(key, got, fetcher, ended, own_rate, self.rates)
             self._slot_freed.unpark_all()
-
-    def _sent_whole(self, key: tuple[int, bytes], piece: int) -> None:
-        sent = self._own_sent.get(key)
-        if sent is None:
-            return
-        relays_wait = self._own_first_copies_left()
-        sent[piece] = sent.get(piece, 0) + 1
-        if relays_wait and not self._own_first_copies_left():
-            self.partials.notify()  # the HAVE polls held while relays waited (``_offered``) answer now
 
     def _choose(self, key: tuple[int, bytes], choices: tuple[int, ...], have: set[int],
                 started: dict[int, int], fetcher: str) -> tuple[int | Decline, bool]:
@@ -306,12 +294,8 @@ class PiecesServer:
         and whether a BUSY may wait for a free slot: not when what keeps it is the rule or our own first
         copies (a free slot would not change that)."""
         relay_waits = self._relay_waits(key)
-        unsent = key in self._own and own_first_copies_left(started, len(have))
-        uploading = self.uploads_in_progress
-        got = pick_to_serve(choices, have, started, uploading=uploading, slots=self.config.upload_slots,
-                            relay_waits=relay_waits, unsent_left=unsent)
-        if unsent and got is Decline.BUSY and uploading < self.config.upload_slots:
-            return got, False  # a repeat while first copies are left: a free slot would not change that
+        got = pick_to_serve(choices, have, started, uploading=self.uploads_in_progress,
+                            slots=self.config.upload_slots, relay_waits=relay_waits)
         if key in self._own and self.first_copies.keeps(key, got, started, fetcher, trio.current_time(),
                                                         self.waitlist.upload_rate(PIECE_BYTES), self.rates):
             return Decline.BUSY, False

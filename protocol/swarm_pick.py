@@ -16,17 +16,14 @@ class Decline(enum.Enum):
     BUSY = "busy"  # every upload slot taken, or only repeats left while it is uploading anyway
 
 
-def own_first_copies_left(own_sent: Mapping[int, int] | None, count: int) -> bool:
-    """Whether a holder's own payload, once somebody asked for it (``own_sent`` is not None), still has
-    pieces not sent once: nobody else can hold those yet. ``own_sent`` counts per piece either the uploads
-    begun (which pieces may be repeated, :func:`pick_to_serve`'s ``unsent_left``) or the uploads that
-    ended whole (when relays may go, its ``relay_waits``)."""
-    return own_sent is not None and sum(1 for n in own_sent.values() if n > 0) < count
+def own_first_copies_left(own_started: Mapping[int, int] | None, count: int) -> bool:
+    """Whether a holder's own payload, once somebody asked for it (``own_started`` is not None), still has
+    pieces it never began to upload: nobody else can hold those yet."""
+    return own_started is not None and sum(1 for n in own_started.values() if n > 0) < count
 
 
 def pick_to_serve(candidates: Iterable[int], have: Iterable[int], started: Mapping[int, int], *,
-                  uploading: int, slots: int, relay_waits: bool = False,
-                  unsent_left: bool = False) -> int | Decline:
+                  uploading: int, slots: int, relay_waits: bool = False) -> int | Decline:
     """The holder's side of a request: of the candidates it holds, the piece it has started uploading
     least often (ties: the fetcher's order). A piece it already sent once is sent again only when its
     uplink is otherwise idle: the fetchers that got the first copy serve it, and a slow origin's uplink
@@ -34,16 +31,10 @@ def pick_to_serve(candidates: Iterable[int], have: Iterable[int], started: Mappi
     origin sent 1.7x its payload without this rule, 1.09x with it). A one-piece payload is the exception:
     its fetchers ask its complete holders only (protocol/swarm_fetch.py), so repeats are all there is.
 
-    ``unsent_left``: the payload is ours and pieces of it were never begun (:func:`own_first_copies_left`
-    over uploads begun). Then no repeat at all, idle or not: the repeat would hold the uplink for a piece
-    time while the next fetcher's first copy waited (a slow testbed origin's rounds were 1-1.5 s longer
-    in the runs where it served 0.05 payloads beyond its own, bench/exchange.py, mixed 8).
-
     ``relay_waits``: the request is for another author's payload while :func:`own_first_copies_left` holds
-    for ours, over uploads that ended whole (one still on its way is not out yet). Declined: only we can
-    send those first copies, anyone holding the other's pieces can relay them. Without this a 2 Mbit/s
-    origin spent most of its uplink relaying (bench/flow.py, mixed, 16 peers, K = 8: its own pieces were
-    all out after 14.4 s, 6.7 s with the rule; the bound is 6.1 s)."""
+    for ours. Declined: only we can send those first copies, anyone holding the other's pieces can relay
+    them. Without this a 2 Mbit/s origin spent most of its uplink relaying (bench/flow.py, mixed, 16
+    peers, K = 8: its own pieces were all out after 14.4 s, 6.7 s with the rule; the bound is 6.1 s)."""
     held = set(have)
     options = [i for i in candidates if i in held]
     if not options:
@@ -51,6 +42,6 @@ def pick_to_serve(candidates: Iterable[int], have: Iterable[int], started: Mappi
     if uploading >= slots or relay_waits:
         return Decline.BUSY
     best = min(options, key=lambda i: started.get(i, 0))
-    if started.get(best, 0) > 0 and len(held) > 1 and (uploading > 0 or unsent_left):
+    if uploading > 0 and started.get(best, 0) > 0 and len(held) > 1:
         return Decline.BUSY
     return best

@@ -51,8 +51,6 @@ class _Exchange:
         self._seq = itertools.count()
         self.have: list[dict[int, set[int]]] = [{} for _ in range(n)]
         self.started: list[dict[int, dict[int, int]]] = [{} for _ in range(n)]
-        # Per peer, uploads of its own payload's pieces that ended whole; None until somebody asked for one.
-        self.own_sent: list[dict[int, int] | None] = [None] * n
         self.uploading = [0] * n
         self.sched: dict[tuple[int, int], PieceScheduler] = {}
         self.moving: dict[tuple[int, int, int], Transfer] = {}
@@ -184,17 +182,10 @@ class _Exchange:
               ) -> tuple[int | Decline, bool]:
         """As pieces_serve.PiecesServer._choose: the piece, and True when a BUSY must not be held."""
         started = self.started[holder].setdefault(author, {})
-        own = author == holder
-        if own and self.own_sent[holder] is None:
-            self.own_sent[holder] = {}
         waits = self._relay_waits(holder, author)
-        unsent = own and own_first_copies_left(started, piece_count(self.spec.payload_bytes))
-        uploading = self.uploading[holder]
-        got = pick_to_serve(candidates, self.have[holder].get(author, set()), started, uploading=uploading,
-                            slots=self.spec.upload_slots, relay_waits=waits, unsent_left=unsent)
-        if unsent and got is Decline.BUSY and uploading < self.spec.upload_slots:
-            return got, True  # a repeat while first copies are left: a free slot would not change that
-        if own and self.first[holder].keeps(author, got, started, str(fetcher), self.net.now,
+        got = pick_to_serve(candidates, self.have[holder].get(author, set()), started,
+                            uploading=self.uploading[holder], slots=self.spec.upload_slots, relay_waits=waits)
+        if author == holder and self.first[holder].keeps(author, got, started, str(fetcher), self.net.now,
                                                          self.waitlists[holder].upload_rate(PIECE_BYTES),
                                                          self.rates[holder]):
             return Decline.BUSY, True
@@ -202,11 +193,11 @@ class _Exchange:
 
     def _relay_waits(self, holder: int, author: int) -> bool:
         """As pieces_serve.PiecesServer._relay_waits: ``author``'s pieces wait at ``holder`` while pieces
-        of its own payload that somebody asked for have not all arrived somewhere once."""
+        of its own payload that somebody asked for never went out."""
         return author != holder and self._own_left(holder)
 
     def _own_left(self, holder: int) -> bool:
-        return own_first_copies_left(self.own_sent[holder], piece_count(self.spec.payload_bytes))
+        return own_first_copies_left(self.started[holder].get(holder), piece_count(self.spec.payload_bytes))
 
     def _offered(self, holder: int, author: int) -> frozenset[int]:
         """What a HAVE answer from ``holder`` tells of (pieces_serve.PiecesServer._offered)."""
@@ -250,7 +241,10 @@ class _Exchange:
             return
         waitlist.served(str(fetcher))
         started = self.started[holder].setdefault(author, {})
+        own_left = author == holder and self._own_left(holder)
         started[got] = started.get(got, 0) + 1
+        if own_left and not self._own_left(holder):
+            self._relays_resume(holder)
         self.uploading[holder] += 1
         self.sched[(fetcher, author)].piece_started(rid, got)
         size = piece_span(self.spec.payload_bytes, got)[1]
@@ -297,12 +291,6 @@ class _Exchange:
         rate = sched.piece_done(rid, self.net.now)
         if rate is not None:
             self.rates[fetcher].observe(str(holder), rate)
-        own_sent = self.own_sent[holder]
-        if holder == author and own_sent is not None:
-            left = self._own_left(holder)
-            own_sent[piece] = own_sent.get(piece, 0) + 1
-            if left and not self._own_left(holder):
-                self._relays_resume(holder)
         if holder == author:
             self.first[holder].asked(str(fetcher), self.net.now)
             self.first[holder].delivered(author, piece, str(fetcher), self.net.now,

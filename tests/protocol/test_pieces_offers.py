@@ -1,9 +1,8 @@
 """What a holder's HAVE answer tells of, on real loopback hosts: only pieces it would serve now.
 
-While its own payload has pieces that never arrived anywhere whole, a holder refuses to relay another
-payload (swarm_pick.py ``relay_waits``). Telling fetchers of those pieces only had them ask and be
-refused, a message each way, on the uplink its own first copies were waiting for (protocol/pieces_serve.py
-``_offered``).
+While its own payload has pieces nobody holds, a holder refuses to relay another payload (swarm_pick.py
+``relay_waits``). Telling fetchers of those pieces only had them ask and be refused, a message each way, on
+the uplink its own first copies were waiting for (protocol/pieces_serve.py ``_offered``).
 """
 
 from __future__ import annotations
@@ -51,10 +50,9 @@ def test_a_relay_is_not_offered_while_own_first_copies_are_left() -> None:
 
 
 @pytest.mark.network
-def test_a_held_poll_is_answered_when_the_last_own_first_copy_is_out() -> None:
+def test_a_held_poll_is_answered_when_the_last_own_first_copy_starts() -> None:
     """With a ``have_wait`` longer than the test, only the holder's wake-up can answer the poll: it comes
-    once the last own piece was sent whole, never before it was asked for, and tells of every piece of the
-    other payload."""
+    after the last own piece was asked for, never before, and tells of every piece of the other payload."""
 
     async def body() -> None:
         async with swarm(2, config=PATIENT) as ((a, b), (sa, _)):

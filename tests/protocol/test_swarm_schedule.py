@@ -219,10 +219,6 @@ def test_pick_to_serve_prefers_first_copies_and_no_repeat_while_busy() -> None:
     assert pick_to_serve([3], range(12), {3: 1}, uploading=1, slots=2) is Decline.BUSY
     assert pick_to_serve([0], [0], {0: 1}, uploading=1, slots=2) == 0  # a one-piece payload
     assert pick_to_serve([3], range(12), {3: 1}, uploading=0, slots=2) == 3  # idle: a repeat is fine
-    # ... unless pieces of our own payload were never begun: those first copies go first
-    assert pick_to_serve([3], range(12), {3: 1}, uploading=0, slots=2, unsent_left=True) is Decline.BUSY
-    assert pick_to_serve([3, 4], range(12), {3: 1}, uploading=0, slots=2, unsent_left=True) == 4
-    assert pick_to_serve([0], [0], {0: 1}, uploading=0, slots=2, unsent_left=True) == 0  # one piece
 
 
 def test_own_first_copies_come_before_relaying() -> None:
