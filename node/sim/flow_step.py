@@ -207,11 +207,13 @@ class _Exchange:
 
     def _relays_resume(self, holder: int) -> None:
         """``holder``'s own first copies are all out: the polls it held answer with what it offers now."""
-        for other in self.near[holder]:
-            for author in self.spec.wants[other]:
+        for author in list(self.have[holder]):
+            offered = self._offered(holder, author)
+            if author == holder or not offered:
+                continue
+            for other in self.near[holder]:
                 sched = self.sched.get((other, author))
-                offered = self._offered(holder, author)
-                if author != holder and offered and sched is not None and not sched.complete:
+                if sched is not None and not sched.complete:
                     news = partial(self._news, other, author, holder, offered)
                     self.at(self.net.now + self.spec.latency, news)
 

@@ -148,7 +148,7 @@ def test_the_model_tells_no_fetcher_of_relays_a_holder_would_refuse() -> None:
     """As the daemon's HAVE answer (pieces_serve.py ``_offered``): a holder whose own first copies are left
     offers none of another payload's pieces, so fetchers do not ask it and are not refused. Mixed lines, 8
     peers, a first step: told of them, 1748 requests were refused and the exchange took 9.02 s; with the
-    rule 1299 and 7.79 s."""
+    rule 1323 and 8.15 s."""
     from distro_node.node.sim import flow_step
     from distro_node.node.sim.flow_spec import ExchangeSpec
     from distro_node.node.sim.flow_topology import full_mesh
