@@ -300,12 +300,12 @@ class _Exchange:
         self._ungate(fetcher, author, rid)
         self.have[fetcher].setdefault(author, set()).add(piece)
         name = self.names[fetcher]
+        offered = self._offered(fetcher, author)
         for other in self.near[fetcher]:
             theirs = self.sched.get((other, author))
             if theirs is None or other == fetcher:
                 continue
             quiet = piece in theirs.no_news_from(name) or theirs.offers(name)
-            offered = self._offered(fetcher, author)
             if not quiet and offered:  # its poll there is answered now
                 news = partial(self._news, other, author, fetcher, offered)
                 self.at(self.net.now + self.spec.latency, news)
