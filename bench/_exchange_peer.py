@@ -197,9 +197,6 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
         rc = 0
         async with trio.open_nursery() as nursery:
             nursery.start_soon(inbox.pump, gossip)
-            if swarm is not None:  # as the daemon: a slow uplink keeps a small gossip mesh
-                server = swarm.server
-                nursery.start_soon(gossip.follow_uplink, server.own_upload_rate, server.peer_uplinks)
             try:
                 for step in range(rounds):
                     times.append(await _round(host, gossip, inbox, store, xfer, step, peers, size, swarm))

@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import trio
 from libp2p.abc import ISubscriptionAPI
 from libp2p.peer.id import ID
-from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, PROTOCOL_ID_V12
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
 from .errors import AnnouncementTooLargeError, GossipError
-from .gossip_degree import MeshDegree, UplinkDegree, follow_uplink
 from .gossip_lean import IDONTWANT_MIN_BYTES
 from .gossip_mute import MuteConfig, RefusalLedger
 from .gossip_pubsub import Prefilter, RunPubsub
@@ -79,11 +78,6 @@ class GossipConfig:
     degree_low: int = 3
     degree_high: int = 8
     heartbeat_interval: int = 1
-    # A peer whose measured upload rate is under this share of its peers' (median) keeps a mesh of
-    # ``slow_uplink_degree`` (0: never), re-judged every ``uplink_check_interval`` s (gossip_degree.py).
-    slow_uplink_degree: int = 2
-    slow_uplink_ratio: float = 0.5
-    uplink_check_interval: float = 5.0
     # Messages with less data get no IDONTWANT (protocol/gossip_lean.py); 0 sends it for every message.
     idontwant_min_bytes: int = IDONTWANT_MIN_BYTES
     max_messages_per_topic_per_second: float = 1000.0
@@ -124,12 +118,6 @@ class GossipConfig:
             raise ValueError("GossipConfig.link_check_interval must be a positive number of seconds")
         if self.idontwant_min_bytes < 0:
             raise ValueError("GossipConfig.idontwant_min_bytes must be >= 0")
-        if not 0 <= self.slow_uplink_degree <= self.degree:
-            raise ValueError("GossipConfig.slow_uplink_degree must be in 0..degree")
-        if not 0 < self.slow_uplink_ratio <= 0.5:
-            raise ValueError("GossipConfig.slow_uplink_ratio must be in (0, 0.5]")
-        if not 0 < self.uplink_check_interval < 1e6:
-            raise ValueError("GossipConfig.uplink_check_interval must be a positive number of seconds")
         if self.heartbeat_interval < 1 or self.receive_buffer < 1:
             raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
 
@@ -160,18 +148,6 @@ class AnnouncementChannel:
         self.refusals = RefusalLedger(config.mute)
         self.mutes = 0  # strangers muted (protocol/gossip_mute.py)
         self._to_block: list[ID] = []  # muted, to be cut off by _keep_links (blocking needs to await)
-
-    async def follow_uplink(self, own_rate: Callable[[], float | None],
-                            peer_uplinks: Callable[[], Sequence[float]]) -> None:
-        """Keep our mesh degree fit for our uplink (protocol/gossip_degree.py) until cancelled. The rates
-        are bytes/s as this peer measured them: its own upload rate and its peers' uplinks."""
-        cfg = self.config
-        degree = UplinkDegree(MeshDegree(cfg.degree_low, cfg.degree, cfg.degree_high), cfg.slow_uplink_degree,
-                              cfg.slow_uplink_ratio)
-        router = self._pubsub.router
-        if not isinstance(router, GossipSub):
-            raise GossipError("follow_uplink needs a gossipsub router")
-        await follow_uplink(router, degree, own_rate, peer_uplinks, cfg.uplink_check_interval)
 
     async def publish(self, data: bytes) -> None:
         """Sign and publish; raises AnnouncementTooLargeError rather than letting libp2p drop silently."""
