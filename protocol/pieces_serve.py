@@ -206,12 +206,13 @@ class PiecesServer:
                     ) -> tuple[Status, bytes]:
         """Our have-map once we hold a piece the fetcher neither holds nor asked for, or what we hold after
         ``have_wait`` or when the fetcher's next message arrives."""
-        offered = self._offered(key)
+        held = self._held(*key)
+        offered = self._offered(key, held)
         with trio.move_on_after(self.config.have_wait):
             while all(message.holds(i) for i in offered) and not next_message():
                 await self.partials.wait_changed()
-                offered = self._offered(key)
-        held = self._held(*key)
+                held = self._held(*key)
+                offered = self._offered(key, held)
         if held is not None and message.count != piece_count(held[0]):
             self.bad_requests += 1
             return Status.BAD_REQUEST, b""
@@ -221,13 +222,13 @@ class PiecesServer:
         return Status.OK, HAVE_HEADER.pack(min(self.uploads_in_progress, 0xFFFF), count) + encode_bitfield(
             count, offered)
 
-    def _offered(self, key: tuple[int, bytes]) -> set[int]:
-        """The pieces of a payload a HAVE tells of: those we hold, or none while ``_relay_waits`` (they would
-        be refused as BUSY). Told of them, fetchers asked and were refused again and again: on a slow
-        testbed uplink (mixed 8, bench/exchange.py) the answers and refusals were a few hundred small
-        frames a round on the line its own first copies were waiting for. The poll is answered once relays
-        are served again (``_piece`` wakes it), or after ``have_wait`` with nothing."""
-        held = self._held(*key)
+    def _offered(self, key: tuple[int, bytes], held: tuple[int, set[int], list[bytes]] | None) -> set[int]:
+        """The pieces of a payload (``held``: ``_held``'s answer for it) a HAVE tells of: those we hold, or
+        none while ``_relay_waits`` (they would be refused as BUSY). Told of them, fetchers asked and were
+        refused again and again: on a slow testbed uplink (mixed 8, bench/exchange.py) the answers and
+        refusals were a few hundred small frames a round on the line its own first copies were waiting
+        for. The poll is answered once relays are served again (``_piece`` wakes it), or after
+        ``have_wait`` with nothing."""
         if held is None or self._relay_waits(key):
             return set()
         return held[1]

@@ -207,7 +207,7 @@ class _Exchange:
 
     def _relays_resume(self, holder: int) -> None:
         """``holder``'s own first copies are all out: the polls it held answer with what it offers now."""
-        for author in list(self.have[holder]):
+        for author in self.have[holder]:
             offered = self._offered(holder, author)
             if author == holder or not offered:
                 continue

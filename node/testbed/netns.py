@@ -81,15 +81,16 @@ def congestion_controls() -> set[str]:
 def check_congestion_control(name: str | None) -> None:
     """ValueError naming ``tcp_congestion`` unless ``name`` is None (the host's) or one a namespace may use
     (:func:`congestion_controls`); the message says how to allow one the kernel offers."""
-    if name is None or name in congestion_controls():
+    if name is None:
         return
     offered = _sysctl_words("tcp_available_congestion_control")
     if name not in offered:
         raise ValueError(f"tcp_congestion: {name!r} is not one of this kernel's {sorted(offered)}")
     allowed = _sysctl_words("tcp_allowed_congestion_control")
-    raise ValueError(f"tcp_congestion: {name!r} is offered but a namespace may only use {sorted(allowed)}; "
-                     f"as root: sysctl -w net.ipv4.tcp_allowed_congestion_control="
-                     f"'{' '.join(sorted(allowed | {name}))}'")
+    if name not in allowed:
+        raise ValueError(f"tcp_congestion: {name!r} is offered but a namespace may only use "
+                         f"{sorted(allowed)}; as root: sysctl -w net.ipv4.tcp_allowed_congestion_control="
+                         f"'{' '.join(sorted(allowed | {name}))}'")
 
 
 def _pid_alive(pid: int) -> bool:

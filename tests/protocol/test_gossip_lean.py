@@ -38,6 +38,21 @@ async def star(count: int) -> AsyncIterator[tuple[list[P2PHost], list[Announceme
         yield hosts, chans
 
 
+def _sent_rpcs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[ID, rpc_pb2.RPC]]:
+    """Every RPC the routers send from here on, with its peer, as it goes out (after LeanGossip's cuts)."""
+    sent: list[tuple[ID, rpc_pb2.RPC]] = []
+    original = GossipSub.send_rpc
+
+    def spy(self: GossipSub, peer_id: ID, rpc: rpc_pb2.RPC, priority: bool = False) -> None:
+        copy = rpc_pb2.RPC()
+        copy.CopyFrom(rpc)
+        sent.append((peer_id, copy))
+        original(self, peer_id, rpc, priority)
+
+    monkeypatch.setattr(GossipSub, "send_rpc", spy)
+    return sent
+
+
 def _router(chan: AnnouncementChannel) -> LeanGossip:
     router = chan._pubsub.router
     assert isinstance(router, LeanGossip)
@@ -74,14 +89,11 @@ def test_small_messages_get_no_idontwant_and_large_ones_do() -> None:
 
 @pytest.mark.network
 def test_our_record_goes_to_each_peer_once_until_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
-    sent: list[tuple[ID, bytes | None]] = []
-    original = GossipSub.send_rpc
+    rpcs = _sent_rpcs(monkeypatch)
 
-    def spy(self: GossipSub, peer_id: ID, rpc: rpc_pb2.RPC, priority: bool = False) -> None:
-        sent.append((peer_id, bytes(rpc.senderRecord) if rpc.HasField("senderRecord") else None))
-        original(self, peer_id, rpc, priority)
-
-    monkeypatch.setattr(GossipSub, "send_rpc", spy)
+    def sent() -> list[tuple[ID, bytes | None]]:
+        return [(peer, bytes(rpc.senderRecord) if rpc.HasField("senderRecord") else None)
+                for peer, rpc in rpcs]
 
     async def body() -> None:
         async with star(3) as (hosts, chans):
@@ -92,17 +104,17 @@ def test_our_record_goes_to_each_peer_once_until_it_changes(monkeypatch: pytest.
                     with trio.fail_after(WAIT):
                         assert (await chan.receive()).data == b"announce %d" % i
             for spoke in hosts[1:]:
-                records = [r for peer, r in sent if peer == spoke.peer_id and r is not None]
+                records = [r for peer, r in sent() if peer == spoke.peer_id and r is not None]
                 assert len(records) <= 1, "the hub's record went to a spoke more than once"
             # Driven directly: the same record is dropped from a later RPC, a changed one goes out once.
             hub, peer = _router(chans[0]), hosts[1].peer_id
-            sent.clear()
+            rpcs.clear()
             for record in (b"first", b"first", b"second", b"second"):
                 hub.send_rpc(peer, rpc_pb2.RPC(senderRecord=record))
-            assert [r for _, r in sent] == [b"first", None, b"second", None]
+            assert [r for _, r in sent()] == [b"first", None, b"second", None]
             hub.remove_peer(peer)
             hub.send_rpc(peer, rpc_pb2.RPC(senderRecord=b"second"))
-            assert sent[-1][1] == b"second", "a peer that left and came back gets the record again"
+            assert sent()[-1][1] == b"second", "a peer that left and came back gets the record again"
 
     trio.run(body)
 
@@ -116,20 +128,14 @@ def test_idontwant_threshold_is_checked() -> None:
 def test_messages_go_out_without_a_key_their_origin_id_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Published and forwarded copies carry no ``key`` (ed25519 ids inline it), and still validate: a
     spoke's message reaches the other spoke through the hub."""
-    published: list[rpc_pb2.Message] = []
-    original = GossipSub.send_rpc
-
-    def spy(self: GossipSub, peer_id: ID, rpc: rpc_pb2.RPC, priority: bool = False) -> None:
-        published.extend(rpc.publish)
-        original(self, peer_id, rpc, priority)
-
-    monkeypatch.setattr(GossipSub, "send_rpc", spy)
+    rpcs = _sent_rpcs(monkeypatch)
 
     async def body() -> None:
         async with star(3) as (hosts, chans):
             await chans[1].publish(b"from a spoke")
             with trio.fail_after(WAIT):
                 got = await chans[2].receive()
+            published = [msg for _, rpc in rpcs for msg in rpc.publish]
             assert got.data == b"from a spoke" and got.sender == hosts[1].peer_id
             assert len(published) >= 2  # the spoke's own copy and the hub's forwarded one
             assert all(msg.signature and not msg.key for msg in published)

@@ -12,20 +12,18 @@ import os
 import pytest
 import trio
 from distro_node.protocol.pieces import piece_count
-from distro_node.protocol.pieces_wire import HAVE_HEADER, Message, Status, decode_bitfield
+from distro_node.protocol.pieces_wire import Message, Status, read_have_reply
 from distro_node.protocol.testing import WAIT
 from libp2p.abc import INetStream
-from pieces_support import CFG, PATIENT, SIZE, ask_piece, exactly, open_session, swarm
+from pieces_support import CFG, PATIENT, SIZE, ask_piece, open_session, swarm
 
 COUNT = piece_count(SIZE)
 
 
 async def _have_reply(stream: INetStream) -> tuple[Status, set[int]]:
-    status = Status((await exactly(stream, 1))[0])
-    if status is not Status.OK:
-        return status, set()
-    _, count = HAVE_HEADER.unpack(await exactly(stream, HAVE_HEADER.size))
-    return status, decode_bitfield(count, await exactly(stream, (count + 7) // 8))
+    """The answer as the fetcher reads it (pieces_wire.read_have_reply), with its status."""
+    reply = await read_have_reply(stream, "holder", COUNT)
+    return (Status.NOT_FOUND, set()) if reply is None else (Status.OK, reply[1])
 
 
 @pytest.mark.network
