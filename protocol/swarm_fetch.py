@@ -33,9 +33,7 @@ from .errors import (
 from .host import P2PHost
 from .partials import PartialPayload, PartialPayloads
 from .pieces import piece_count
-from .pieces_wire import (
-    PiecesConfig,
-)
+from .pieces_wire import PiecesConfig
 from .store import PayloadStore
 from .swarm_first_copies import PeerRates
 from .swarm_lanes import Lane, Lost, carrying, describe
