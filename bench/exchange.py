@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                          "not its CPU (node/testbed/links.py, profile_links)")
     ap.add_argument("--tcp-congestion", default=None, metavar="NAME",
                     help="with --netns: every peer's namespace sends with this TCP congestion control "
-                         "(e.g. cubic; results under PROFILE+NAME); default: what namespaces inherit from "
-                         "the host, recorded in the JSON's machine section")
+                         "(e.g. cubic; results under PROFILE+NAME), one the kernel offers and allows in "
+                         "namespaces (net.ipv4.tcp_allowed_congestion_control); default: what namespaces "
+                         "inherit from the host, recorded in the JSON's machine section")
     ap.add_argument("--dilate", action="store_true",
                     help="with --pieces and --rate-scale F: the same swarm in slower time, not only slower "
                          "links: every peer's pieces-protocol durations times 1/F and its prior rate times F "
