@@ -60,7 +60,11 @@ def _swarm_figures(peers: int, rounds: int, size: int, results: list[dict[str, A
             "refused_per_piece": round(refused / pieces, 2),
             # Per peer, in link order: piece uploads it began that the fetcher gave up on, per round; the
             # bytes they had sent carried nothing (protocol/swarm_fetch.py ``_known_rate``).
-            "uploads_cut_per_round": [round(r.get("cut", 0) / rounds, 2) for r in results]}
+            "uploads_cut_per_round": [round(r.get("cut", 0) / rounds, 2) for r in results],
+            # Per peer, in link order: gossip copies held on a slow uplink per round, and those of them sent
+            # when the hold ended (protocol/gossip_uplink.py); the rest were spared.
+            "gossip_held_per_round": [round(r.get("forwards_held", 0) / rounds, 1) for r in results],
+            "gossip_held_sent_per_round": [round(r.get("forwards_late", 0) / rounds, 1) for r in results]}
 
 
 @contextlib.contextmanager

@@ -192,11 +192,16 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
         # its replies (hundreds of bytes, several a second) stop sharing the slow uplinks with the exchange.
         host.config = replace(host.config, px_interval=HostConfig().px_interval)
         await gossip.wait_for_subscribers(host.connected_peers(), timeout=WAIT_S)
+        # As the daemon with its roster: every peer of the run is a member (own messages go to each directly).
+        gossip.prefer_members(lambda: {str(p) for p in host.connected_peers()})
         inbox = Inbox(time_scale)
         times: list[float] = []
         rc = 0
         async with trio.open_nursery() as nursery:
             nursery.start_soon(inbox.pump, gossip)
+            if swarm is not None:  # as the daemon: a slow uplink holds the gossip it forwards
+                server = swarm.server
+                nursery.start_soon(gossip.follow_uplink, server.own_upload_rate, server.peer_uplinks)
             try:
                 for step in range(rounds):
                     times.append(await _round(host, gossip, inbox, store, xfer, step, peers, size, swarm))
@@ -219,7 +224,9 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
         moved = {} if swarm is None else {"downloaded": swarm.stats.downloaded,
                                           "uploaded": swarm.server.uploaded_bytes,
                                           "refused": swarm.server.busy, "cut": swarm.server.uploads_cut,
-                                          "cpu_s": round(time.process_time(), 3)}
+                                          "cpu_s": round(time.process_time(), 3),
+                                          "forwards_held": gossip.held_forwards()[0],
+                                          "forwards_late": gossip.held_forwards()[1]}
         print(json.dumps({"times": times, "timed_out": rc != 0, **moved}), flush=True)
         return rc
 

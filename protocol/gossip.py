@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -40,6 +40,7 @@ from .gossip_lean import IDONTWANT_MIN_BYTES
 from .gossip_mute import MuteConfig, RefusalLedger
 from .gossip_pubsub import Prefilter, RunPubsub
 from .gossip_router import MemberIds, RunRouter
+from .gossip_uplink import SlowUplink, follow_uplink
 from .host import P2PHost
 from .wire import reset_quietly
 
@@ -78,6 +79,12 @@ class GossipConfig:
     degree_low: int = 3
     degree_high: int = 8
     heartbeat_interval: int = 1
+    # A peer whose measured upload rate is under this share of its peers' median (0: never) holds others'
+    # messages ``slow_uplink_hold`` seconds and then forwards them only to mesh members that sent it no copy,
+    # judged every ``uplink_check_interval`` seconds (protocol/gossip_uplink.py).
+    slow_uplink_ratio: float = 0.5
+    slow_uplink_hold: float = 2.0
+    uplink_check_interval: float = 5.0
     # Messages with less data get no IDONTWANT (protocol/gossip_lean.py); 0 sends it for every message.
     idontwant_min_bytes: int = IDONTWANT_MIN_BYTES
     max_messages_per_topic_per_second: float = 1000.0
@@ -118,6 +125,12 @@ class GossipConfig:
             raise ValueError("GossipConfig.link_check_interval must be a positive number of seconds")
         if self.idontwant_min_bytes < 0:
             raise ValueError("GossipConfig.idontwant_min_bytes must be >= 0")
+        if not 0 <= self.slow_uplink_ratio <= 0.5:
+            raise ValueError("GossipConfig.slow_uplink_ratio must be in [0, 0.5] (0: never slow)")
+        if not 0 < self.slow_uplink_hold < 1e6:
+            raise ValueError("GossipConfig.slow_uplink_hold must be a positive number of seconds")
+        if not 0 < self.uplink_check_interval < 1e6:
+            raise ValueError("GossipConfig.uplink_check_interval must be a positive number of seconds")
         if self.heartbeat_interval < 1 or self.receive_buffer < 1:
             raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
 
@@ -230,6 +243,29 @@ class AnnouncementChannel:
         if isinstance(router, RunRouter):
             router.prefer(members)
 
+    async def follow_uplink(self, own_rate: Callable[[], float | None],
+                            peer_uplinks: Callable[[], Sequence[float]]) -> None:
+        """Judge our uplink against our peers' until cancelled; while it is slow, others' messages are held
+        before forwarding (protocol/gossip_uplink.py). Rates in bytes/s, as this peer measured them."""
+        router = self._pubsub.router
+        if not isinstance(router, RunRouter):
+            raise GossipError("follow_uplink needs the run's router")
+
+        def set_slow(slow: bool) -> None:
+            router.slow_uplink = slow
+
+        cfg = self.config
+        await follow_uplink(SlowUplink(cfg.slow_uplink_ratio), set_slow, own_rate, peer_uplinks,
+                            cfg.uplink_check_interval)
+
+    def held_forwards(self) -> tuple[int, int]:
+        """Copies of others' messages held on a slow uplink, and how many of them went out when the hold
+        ended (the rest were spared: the peer had sent us the message)."""
+        router = self._pubsub.router
+        if not isinstance(router, RunRouter):
+            return 0, 0
+        return router.forwards_held, router.forwards_late
+
     def subscribers(self) -> set[ID]:
         """Peers that told us they are subscribed to this topic."""
         return set(self._pubsub.peer_topics.get(self.topic, set()))
@@ -340,6 +376,7 @@ async def open_gossip(
         degree_high=cfg.degree_high,
         heartbeat_interval=cfg.heartbeat_interval,
         idontwant_min_bytes=cfg.idontwant_min_bytes,
+        slow_uplink_hold=cfg.slow_uplink_hold,
         max_messages_per_topic_per_second=cfg.max_messages_per_topic_per_second,
         # py-libp2p's "adaptive gossip" rescores the mesh every 30 s and rewrites the heartbeat interval and
         # degree bounds from that score: a healthy 4-peer swarm (mesh 3 of degree 4) scored 0.61, and the
@@ -350,6 +387,7 @@ async def open_gossip(
     pubsub = RunPubsub(host.libp2p, router, strict_signing=True,
                         max_inbound_rpc_size=cfg.max_inbound_rpc_bytes)
     pubsub.prefilter = prefilter
+    pubsub.on_copy = router.note_copy
     # A message's id is its sender plus a sequence number, and py-libp2p starts the sequence at the current
     # time in *seconds*, one more per message. A peer sending ~10 messages a second, restarted with its
     # identity, therefore reused numbers its previous process had sent, and every peer dropped its messages

@@ -12,6 +12,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 
 Prefilter = Callable[[ID, bytes], bool]
+CopySeen = Callable[[ID, rpc_pb2.Message], None]
 _FORWARDER: ContextVar[ID | None] = ContextVar("distro_gossip_forwarder", default=None)
 
 
@@ -26,9 +27,14 @@ class RunPubsub(Pubsub):
     variable). The origin a message names is not yet proven there, so a budget per origin alone would let a
     forger spend an honest peer's; the prefilter's budget is per (forwarder, claimed origin): a flood sent
     or forwarded by one peer is cut at that peer, and the origin's own messages on other paths are not.
+
+    The same place tells ``on_copy`` of every copy a peer sends us, seen before or not, whether the
+    prefilter keeps it or not: the peer has the message (a slow uplink holds its forwarding for that,
+    protocol/gossip_uplink.py).
     """
 
     prefilter: Prefilter | None = None
+    on_copy: CopySeen | None = None
 
     async def stream_handler(self, stream: INetStream) -> None:
         token = _FORWARDER.set(stream.muxed_conn.peer_id)
@@ -40,7 +46,10 @@ class RunPubsub(Pubsub):
     def _is_subscribed_to_msg(self, msg: rpc_pb2.Message) -> bool:
         if not super()._is_subscribed_to_msg(msg):
             return False
-        keep, forwarder = self.prefilter, _FORWARDER.get()
-        if keep is None or forwarder is None or forwarder == self.my_id:
+        forwarder = _FORWARDER.get()
+        if forwarder is None or forwarder == self.my_id:
             return True
-        return keep(forwarder, bytes(msg.from_id))
+        if self.on_copy is not None:
+            self.on_copy(forwarder, msg)
+        keep = self.prefilter
+        return keep is None or keep(forwarder, bytes(msg.from_id))

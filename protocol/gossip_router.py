@@ -31,6 +31,9 @@ reach: a public member's mesh carries the message to it anyway, and every copy o
 relay's uplink and a second hop. Behind resetting NATs, with the three NAT'd peers meshed over circuits,
 steps took 2.9x those of the same swarm port-forwarded; with no circuits between them, about 1x
 (bench/nat.py). Where no direct member is in reach, relayed ones are used as any other.
+Held on a slow uplink. A peer that judges its uplink slow (protocol/gossip_uplink.py) holds others' messages
+for ``slow_uplink_hold`` seconds before forwarding them to the members it reaches directly, and then sends
+them only to those that sent it no copy meanwhile.
 Strangers still get gossip (IHAVE) and a mesh slot where members leave room, so an honest newcomer follows
 the run until it is listed, and then it is a member. A stranger muted for flooding (protocol/gossip_mute.py,
 py-libp2p's blacklist) gets neither: it is left out of every choice of peers and pruned from the mesh.
@@ -42,11 +45,13 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 
+import trio
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 
 from .circuits import Kind, connection_kind
 from .gossip_lean import LeanGossip
+from .gossip_uplink import HeldForwards
 
 # Catch-up messages queued for a newly subscribed peer; below the channel's queue high water mark.
 CATCH_UP_MESSAGES = 8
@@ -63,10 +68,18 @@ class RunRouter(LeanGossip):
     """GossipSub with bounded, queued catch-up and a members-first mesh (see the module docstring), and
     fewer bytes per message (protocol/gossip_lean.py)."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: object, slow_uplink_hold: float = 0.0, **kwargs: object) -> None:
+        if not 0 <= slow_uplink_hold < 1e6:
+            raise ValueError(f"slow_uplink_hold must be a number of seconds >= 0, got {slow_uplink_hold}")
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._members: MemberIds = _nobody
         self.heartbeats = 0  # mesh heartbeats run, for tests that wait on the heartbeat
+        # Held on a slow uplink (protocol/gossip_uplink.py); slow_uplink is set by the uplink's judge.
+        self.slow_uplink = False
+        self.slow_uplink_hold = slow_uplink_hold
+        self._held = HeldForwards()
+        self.forwards_held = 0  # copies held back, for tests and profiles
+        self.forwards_late = 0  # ...of which sent when the hold ended (the peer sent us no copy)
 
     def prefer(self, members: MemberIds) -> None:
         """Name the run's members (base58 peer ids); called for every mesh decision and own publish."""
@@ -214,7 +227,44 @@ class RunRouter(LeanGossip):
             chosen.discard(origin)
             for topic in topics:
                 chosen -= self._relayed_left_out(topic, list(chosen), members)
+        elif self.slow_uplink and self.slow_uplink_hold > 0 and msg_id is not None:
+            chosen -= self._hold(msg_id, chosen)
         return chosen
+
+    # -- held on a slow uplink ----------------------------------------------------------------------------
+
+    def _hold(self, msg_id: bytes, chosen: Collection[ID]) -> set[ID]:
+        """Hold the forwarding of ``msg_id`` to the members among ``chosen`` we reach directly; returns them
+        (none when nothing could be held). py-libp2p put the message in its cache just before asking."""
+        pubsub = self.pubsub
+        msg = self.mcache.get(msg_id)
+        if pubsub is None or msg is None:
+            return set()
+        members = self._member_set()
+        held = {p for p in chosen if str(p) in members and connection_kind(pubsub.host, p) is Kind.DIRECT}
+        if not held or not self._held.hold(msg_id, held):
+            return set()
+        self.forwards_held += len(held)
+        self.manager.run_task(self._forward_when_held, msg_id, msg)
+        return held
+
+    async def _forward_when_held(self, msg_id: bytes, msg: rpc_pb2.Message) -> None:
+        await trio.sleep(self.slow_uplink_hold)
+        lacking = self._held.release(msg_id)
+        pubsub = self.pubsub
+        if pubsub is None:
+            return
+        topics = list(msg.topicIDs)
+        rpc = rpc_pb2.RPC(publish=[msg])
+        for peer in lacking:
+            if peer in pubsub.peers and self._may_send(peer, topics):
+                self.forwards_late += 1
+                self.send_rpc(peer, rpc)
+
+    def note_copy(self, forwarder: ID, msg: rpc_pb2.Message) -> None:
+        """``forwarder`` sent us ``msg`` (RunPubsub, as it reads it): it needs no copy from us."""
+        if self.slow_uplink and self.pubsub is not None:
+            self._held.copy_from(self.pubsub.get_message_id(msg), forwarder)
 
     # -- relayed last -------------------------------------------------------------------------------------
 

@@ -80,6 +80,14 @@ class PiecesServer:
     def install(self) -> None:
         self.host.set_handler(PIECES_PROTOCOL, self._handle)
 
+    def own_upload_rate(self) -> float:
+        """Our uplink as our uploads measured it (bytes/s; before any, the schedule's prior)."""
+        return self.waitlist.upload_rate(PIECE_BYTES)
+
+    def peer_uplinks(self) -> list[float]:
+        """Our peers' uplinks as our fetches measured them: a piece's rate times the slots it shared."""
+        return [rate * self.config.upload_slots for rate in self.rates.values()]
+
     def mark_own(self, step: int, root: bytes) -> None:
         """A payload we authored: while pieces of it that somebody asked for were never sent, requests
         for other payloads' pieces are answered BUSY (``pick_to_serve``'s ``relay_waits``)."""

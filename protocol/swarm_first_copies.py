@@ -60,6 +60,10 @@ class PeerRates:
         """The peer's rate; 0.0 when never measured."""
         return self._rates.get(peer, 0.0)
 
+    def values(self) -> list[float]:
+        """Every rate measured (a peer each): this peer's view of the swarm's lines (gossip_uplink.py)."""
+        return list(self._rates.values())
+
     def known(self, peer: str) -> float | None:
         """The peer's rate, None when never measured: what a new fetch's scheduler starts that holder
         from (protocol/swarm_schedule.py ``holder_has``), where it would otherwise assume its prior."""

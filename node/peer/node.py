@@ -240,6 +240,8 @@ class PeerNode:
             driver = RoundDriver(out=out, outbox=outbox, fetcher=fetcher, changes=changes, nursery=nursery)
             gossip.prefer_members(driver.roster_ids)
             decoder.know_members(driver.roster_ids)
+            pieces = run.exchange.piece_server
+            nursery.start_soon(gossip.follow_uplink, pieces.own_upload_rate, pieces.peer_uplinks)
             intake = GossipIntake(decoder=decoder, driver=driver, announcements=announcements,
                                   changes=changes, out=out)
             gate = StateRequestGate(self.bans, trio.current_time)

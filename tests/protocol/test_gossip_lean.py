@@ -4,66 +4,23 @@ first RPC only, again when it changed."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
-
 import multihash
 import pytest
 import trio
-from distro_node.protocol.gossip import AnnouncementChannel, GossipConfig, open_gossip
-from distro_node.protocol.gossip_lean import IDONTWANT_MIN_BYTES, LeanGossip, drop_inlined_key
-from distro_node.protocol.host import P2PHost
-from distro_node.protocol.testing import WAIT, start_hosts, wait_until
+from distro_node.protocol.gossip import GossipConfig
+from distro_node.protocol.gossip_lean import IDONTWANT_MIN_BYTES, drop_inlined_key
+from distro_node.protocol.testing import WAIT, wait_until
+from gossip_support import router, sent_rpcs, star
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
-from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pb import rpc_pb2
-
-RUN = bytes.fromhex("ab" * 32)
-
-
-@asynccontextmanager
-async def star(count: int) -> AsyncIterator[tuple[list[P2PHost], list[AnnouncementChannel]]]:
-    """Host 0 linked to every other; each spoke's mesh holds the hub before the block runs."""
-    async with start_hosts(count) as hosts, AsyncExitStack() as stack:
-        chans = [await stack.enter_async_context(open_gossip(h, RUN)) for h in hosts]
-        hub, spokes = hosts[0], hosts[1:]
-        for host in spokes:
-            await hub.connect(host.peer_id, host.addrs())
-        await chans[0].wait_for_subscribers({h.peer_id for h in spokes}, timeout=WAIT)
-        for chan in chans[1:]:
-            mesh = _router(chan).mesh
-            await wait_until(lambda mesh=mesh, topic=chan.topic: hub.peer_id in mesh.get(topic, ()),
-                             "each spoke meshes with the hub")
-        yield hosts, chans
-
-
-def _sent_rpcs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[ID, rpc_pb2.RPC]]:
-    """Every RPC the routers send from here on, with its peer, as it goes out (after LeanGossip's cuts)."""
-    sent: list[tuple[ID, rpc_pb2.RPC]] = []
-    original = GossipSub.send_rpc
-
-    def spy(self: GossipSub, peer_id: ID, rpc: rpc_pb2.RPC, priority: bool = False) -> None:
-        copy = rpc_pb2.RPC()
-        copy.CopyFrom(rpc)
-        sent.append((peer_id, copy))
-        original(self, peer_id, rpc, priority)
-
-    monkeypatch.setattr(GossipSub, "send_rpc", spy)
-    return sent
-
-
-def _router(chan: AnnouncementChannel) -> LeanGossip:
-    router = chan._pubsub.router
-    assert isinstance(router, LeanGossip)
-    return router
 
 
 @pytest.mark.network
 def test_small_messages_get_no_idontwant_and_large_ones_do() -> None:
     async def body() -> None:
         async with star(3) as (_, chans):
-            hub = _router(chans[0])
+            hub = router(chans[0])
             told: list[bytes] = []
             original = hub.handle_idontwant
 
@@ -82,18 +39,18 @@ def test_small_messages_get_no_idontwant_and_large_ones_do() -> None:
             # Each spoke tells the hub it has the large one; the small one's notice would have come first.
             await wait_until(lambda: len(told) >= 2, "an IDONTWANT from each spoke for the large message")
             assert len(told) == 2 and len(set(told)) == 1
-            assert all(_router(chan).idontwant_skipped >= 1 for chan in chans[1:])
+            assert all(router(chan).idontwant_skipped >= 1 for chan in chans[1:])
 
     trio.run(body)
 
 
 @pytest.mark.network
 def test_our_record_goes_to_each_peer_once_until_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
-    rpcs = _sent_rpcs(monkeypatch)
+    rpcs = sent_rpcs(monkeypatch)
 
     def sent() -> list[tuple[ID, bytes | None]]:
         return [(peer, bytes(rpc.senderRecord) if rpc.HasField("senderRecord") else None)
-                for peer, rpc in rpcs]
+                for _, peer, rpc in rpcs]
 
     async def body() -> None:
         async with star(3) as (hosts, chans):
@@ -107,7 +64,7 @@ def test_our_record_goes_to_each_peer_once_until_it_changes(monkeypatch: pytest.
                 records = [r for peer, r in sent() if peer == spoke.peer_id and r is not None]
                 assert len(records) <= 1, "the hub's record went to a spoke more than once"
             # Driven directly: the same record is dropped from a later RPC, a changed one goes out once.
-            hub, peer = _router(chans[0]), hosts[1].peer_id
+            hub, peer = router(chans[0]), hosts[1].peer_id
             rpcs.clear()
             for record in (b"first", b"first", b"second", b"second"):
                 hub.send_rpc(peer, rpc_pb2.RPC(senderRecord=record))
@@ -128,14 +85,14 @@ def test_idontwant_threshold_is_checked() -> None:
 def test_messages_go_out_without_a_key_their_origin_id_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Published and forwarded copies carry no ``key`` (ed25519 ids inline it), and still validate: a
     spoke's message reaches the other spoke through the hub."""
-    rpcs = _sent_rpcs(monkeypatch)
+    rpcs = sent_rpcs(monkeypatch)
 
     async def body() -> None:
         async with star(3) as (hosts, chans):
             await chans[1].publish(b"from a spoke")
             with trio.fail_after(WAIT):
                 got = await chans[2].receive()
-            published = [msg for _, rpc in rpcs for msg in rpc.publish]
+            published = [msg for _, _, rpc in rpcs for msg in rpc.publish]
             assert got.data == b"from a spoke" and got.sender == hosts[1].peer_id
             assert len(published) >= 2  # the spoke's own copy and the hub's forwarded one
             assert all(msg.signature and not msg.key for msg in published)
