@@ -61,10 +61,16 @@ def _swarm_figures(peers: int, rounds: int, size: int, results: list[dict[str, A
             # Per peer, in link order: piece uploads it began that the fetcher gave up on, per round; the
             # bytes they had sent carried nothing (protocol/swarm_fetch.py ``_known_rate``).
             "uploads_cut_per_round": [round(r.get("cut", 0) / rounds, 2) for r in results],
+            # Per peer, in link order: whole pieces served per round, by kind (protocol/pieces_serve.py).
+            "pieces_served_per_round": [_per_round(r.get("served_by_kind", {}), rounds) for r in results],
             # Per peer, in link order: gossip copies held on a slow uplink per round, and those of them sent
             # when the hold ended (protocol/gossip_uplink.py); the rest were spared.
             "gossip_held_per_round": [round(r.get("forwards_held", 0) / rounds, 1) for r in results],
             "gossip_held_sent_per_round": [round(r.get("forwards_late", 0) / rounds, 1) for r in results]}
+
+
+def _per_round(counts: dict[str, int], rounds: int) -> dict[str, float]:
+    return {kind: round(n / rounds, 1) for kind, n in counts.items()}
 
 
 @contextlib.contextmanager

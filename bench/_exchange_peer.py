@@ -225,6 +225,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
                                           "uploaded": swarm.server.uploaded_bytes,
                                           "refused": swarm.server.busy, "cut": swarm.server.uploads_cut,
                                           "cpu_s": round(time.process_time(), 3),
+                                          "served_by_kind": swarm.server.served_by_kind,
                                           "forwards_held": gossip.held_forwards()[0],
                                           "forwards_late": gossip.held_forwards()[1]}
         print(json.dumps({"times": times, "timed_out": rc != 0, **moved}), flush=True)

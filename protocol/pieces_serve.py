@@ -72,6 +72,9 @@ class PiecesServer:
         self._own: OrderedDict[tuple[int, bytes], None] = OrderedDict()  # our own payloads, newest last
         self.uploaded_bytes = 0
         self.pieces_served = 0
+        # Pieces served whole, by kind: what a slow uplink carries beyond its own payload is repeats and
+        # relays (bench/exchange.py reports these per peer).
+        self.served_by_kind = {"own_first": 0, "own_repeat": 0, "relay": 0}
         self.bad_requests = 0
         self.busy = 0
         self.uploads_cut = 0  # pieces begun and not finished: the bytes sent were for nothing
@@ -267,6 +270,7 @@ class PiecesServer:
                                       bytes([Status.BUSY]) + U16.pack(wait_ms), close=False)
         self.waitlist.served(fetcher)
         relays_wait = key in self._own and self._own_first_copies_left()
+        kind = "relay" if key not in self._own else "own_repeat" if started.get(got) else "own_first"
         started[got] = started.get(got, 0) + 1
         if relays_wait and not self._own_first_copies_left():
             self.partials.notify()  # the HAVE polls held while relays waited (``_offered``) answer now
@@ -280,6 +284,7 @@ class PiecesServer:
                                     bytes([Status.OK]) + PIECE_HEADER.pack(got, len(data)), data, close=False)
             if ok:
                 self.pieces_served += 1
+                self.served_by_kind[kind] += 1
                 self.uploaded_bytes += len(data)
                 if self._on_upload is not None:
                     self._on_upload(len(data))

@@ -14,7 +14,7 @@ from distro_node.node.sim.flow_topology import full_mesh
 from distro_node.node.testbed.links import profile_links
 from distro_node.protocol.pieces_wire import PiecesConfig, Status
 from distro_node.protocol.swarm_first_copies import FirstCopies, PeerRates
-from distro_node.protocol.testing import WAIT
+from distro_node.protocol.testing import WAIT, wait_until
 from pieces_support import SIZE, ask_piece, open_session, swarm
 
 FAST, SLOW = 1e12, 1.0  # bytes/s: far above and below any upload rate a loopback holder measures
@@ -88,6 +88,8 @@ def test_an_origin_keeps_its_first_copies_for_a_fast_fetcher_and_repeats_only_wh
                 assert await ask_piece(from_fast, 1) is Status.OK  # a repeat, on an idle uplink
                 # A repeat of what the fast fetcher just got: it is to be had from there.
                 assert await ask_piece(from_slow, 0) is Status.BUSY
+            kinds = {"own_first": 3, "own_repeat": 1, "relay": 0}
+            await wait_until(lambda: server.served_by_kind == kinds, "three first copies and a repeat")
 
     trio.run(body)
 

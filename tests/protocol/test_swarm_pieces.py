@@ -105,6 +105,7 @@ def test_partial_holder_serves_pieces_as_they_arrive() -> None:
                         put_pieces(sb, 1, root, data, [i])
             assert result == [data]
             assert sb.pieces_served == count
+            assert sb.served_by_kind == {"own_first": 0, "own_repeat": 0, "relay": count}
 
     trio.run(body)
 
