@@ -63,10 +63,17 @@ def _swarm_figures(peers: int, rounds: int, size: int, results: list[dict[str, A
             "uploads_cut_per_round": [round(r.get("cut", 0) / rounds, 2) for r in results],
             # Per peer, in link order: whole pieces served per round, by kind (protocol/pieces_serve.py).
             "pieces_served_per_round": [_per_round(r.get("served_by_kind", {}), rounds) for r in results],
+            # Per peer, in link order: median over rounds of the time from the round's start to the end of its
+            # last piece upload in it; the round ends a tail after the slow origins' serving ends.
+            "serving_ends_s_by_peer": [_median(r.get("serving_s", [])) for r in results],
             # Per peer, in link order: gossip copies held on a slow uplink per round, and those of them sent
             # when the hold ended (protocol/gossip_uplink.py); the rest were spared.
             "gossip_held_per_round": [round(r.get("forwards_held", 0) / rounds, 1) for r in results],
             "gossip_held_sent_per_round": [round(r.get("forwards_late", 0) / rounds, 1) for r in results]}
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
 
 
 def _per_round(counts: dict[str, int], rounds: int) -> dict[str, float]:

@@ -114,10 +114,15 @@ class Swarm:
         self.config = replace(config, fetch_timeout=WAIT_S - 10)
         self.partials = PartialPayloads()
         self.rates = PeerRates()  # as the daemon: measured by our fetches, read by our server
-        self.server = PiecesServer(host, store, self.partials, self.config, rates=self.rates)
+        self.server = PiecesServer(host, store, self.partials, self.config, rates=self.rates,
+                                   on_upload=self._uploaded)
+        self.upload_ended = 0.0  # perf_counter when our last piece upload ended
         self.stats = FetchStats()
         self.gate = HolderGate() if turns else None  # one request to a holder at once over our fetches
         self.server.install()
+
+    def _uploaded(self, _: int) -> None:
+        self.upload_ended = time.perf_counter()
 
 
 async def _round(host: P2PHost, gossip: AnnouncementChannel, inbox: Inbox, store: PayloadStore,
@@ -196,6 +201,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
         gossip.prefer_members(lambda: {str(p) for p in host.connected_peers()})
         inbox = Inbox(time_scale)
         times: list[float] = []
+        serving: list[float] = []  # per round, from its start to the end of our last upload in it
         rc = 0
         async with trio.open_nursery() as nursery:
             nursery.start_soon(inbox.pump, gossip)
@@ -204,6 +210,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
                 nursery.start_soon(gossip.follow_uplink, server.own_upload_rate, server.peer_uplinks)
             try:
                 for step in range(rounds):
+                    started = time.perf_counter()
                     times.append(await _round(host, gossip, inbox, store, xfer, step, peers, size, swarm))
                     # Barrier: everyone holds everything of this round before anyone starts the next, and
                     # nobody leaves while others may still fetch from it.
@@ -212,6 +219,8 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
 
                     await done()
                     await inbox.wait_count(KIND_DONE, step, peers - 1, done)
+                    if swarm is not None:  # everyone holds everything: our serving for the round is over
+                        serving.append(max(0.0, swarm.upload_ended - started))
                 await _linger(host, done)
             except trio.TooSlowError:
                 rc = 2
@@ -226,6 +235,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
                                           "refused": swarm.server.busy, "cut": swarm.server.uploads_cut,
                                           "cpu_s": round(time.process_time(), 3),
                                           "served_by_kind": swarm.server.served_by_kind,
+                                          "serving_s": serving,
                                           "forwards_held": gossip.held_forwards()[0],
                                           "forwards_late": gossip.held_forwards()[1]}
         print(json.dumps({"times": times, "timed_out": rc != 0, **moved}), flush=True)
