@@ -35,6 +35,12 @@ class ScheduleConfig:
     max_rest: float = 2.0
     overdue_factor: float = 4.0  # a request is overdue after this times its expected time ...
     overdue_floor: float = 2.0  # ... and never before this many seconds
+    # A piece is not asked of a holder while another would deliver it this many times sooner, its rest and
+    # queue counted (0: off): the slow one's uplink is the swarm's bottleneck (protocol/swarm_schedule.py).
+    slower_holder_factor: float = 4.0
+    # ... unless that faster holder refused us (busy) this many times in a row since it last served us: one
+    # that claims pieces and never serves them must not keep us from the holders that would.
+    slower_holder_refusals: int = 3
 
     # The fields in seconds and in bytes per second: what :meth:`dilated` scales.
     DURATIONS: ClassVar[tuple[str, ...]] = ("backoff", "max_rest", "overdue_floor")
@@ -46,6 +52,10 @@ class ScheduleConfig:
         for name in (*self.RATES, *self.DURATIONS, "overdue_factor"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ScheduleConfig.{name} must be > 0")
+        if self.slower_holder_factor != 0 and not 1 < self.slower_holder_factor < 1e6:
+            raise ValueError("ScheduleConfig.slower_holder_factor must be 0 (off) or in (1, 1e6)")
+        if self.slower_holder_refusals < 1:
+            raise ValueError("ScheduleConfig.slower_holder_refusals must be >= 1")
         if not 0 < self.rate_smoothing <= 1:
             raise ValueError("ScheduleConfig.rate_smoothing must be in (0, 1]")
 

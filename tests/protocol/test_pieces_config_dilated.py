@@ -11,7 +11,7 @@ from distro_node.protocol.swarm_schedule import ScheduleConfig
 
 # Float settings that are neither a duration nor a rate: a dilation leaves them as they are. A new float
 # field fails the classification test below until it is put in DURATIONS, RATES or here.
-UNITLESS = {"rate_smoothing", "overdue_factor", "first_copy_factor"}
+UNITLESS = {"rate_smoothing", "overdue_factor", "first_copy_factor", "slower_holder_factor"}
 
 
 def _floats(config: PiecesConfig | ScheduleConfig) -> set[str]:

@@ -64,11 +64,46 @@ def test_rarity_counts_live_holders_once_however_often_they_report() -> None:
 
 def test_fast_holder_ranked_before_slow_and_direct_before_relayed() -> None:
     s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, choices=1))
-    s.holder_has("slow", ALL, rate=1e5)
-    s.holder_has("fast", ALL, rate=1e7)
-    s.holder_has("relayed", ALL, rate=1e9, conn_class=2)
+    s.holder_has("slow", ALL, rate=1e6)  # within slower_holder_factor of the fast one: asked too
+    s.holder_has("fast", ALL, rate=3e6)
+    s.holder_has("relayed", ALL, rate=1e9, conn_class=2)  # far faster, over a worse connection
     order = [r.holder for r in s.next_requests(0.0)]
     assert order == ["fast", "slow", "relayed"]
+
+
+def test_a_far_slower_holder_is_asked_only_for_what_no_far_faster_one_has() -> None:
+    s = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, choices=16))
+    s.holder_has("origin", ALL, rate=3e4)  # a 0.5 Mbit/s origin
+    s.holder_has("fast", range(8), rate=3e5)
+    first = {r.holder: r for r in s.next_requests(0.0)}
+    assert set(first["fast"].candidates) == set(range(8))
+    assert set(first["origin"].candidates) == set(range(8, 12)), "the origin only for what it alone has"
+    # The fast holder busy: while it rests, its pieces wait for it, not for the origin.
+    s.request_failed(first["fast"].id, 0.0, Failure.BUSY)
+    assert s.next_requests(0.05) == []
+    unmeasured = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, choices=16))
+    unmeasured.holder_has("origin", ALL)
+    unmeasured.holder_has("fast", range(8), rate=3e5)
+    asked = {r.holder: set(r.candidates) for r in unmeasured.next_requests(0.0)}
+    assert asked["origin"] & set(range(8)), "an unmeasured holder is never held back"
+    off = PieceScheduler(SIZE, config=ScheduleConfig(max_in_flight=1, choices=16, slower_holder_factor=0))
+    off.holder_has("origin", ALL, rate=3e4)
+    off.holder_has("fast", range(8), rate=3e5)
+    assert {r.holder: len(r.candidates) for r in off.next_requests(0.0)} == {"fast": 8, "origin": 4}
+
+
+def test_a_faster_holder_that_keeps_refusing_no_longer_holds_the_slower_one_back() -> None:
+    cfg = ScheduleConfig(max_in_flight=1, choices=6, backoff=0.1, max_rest=0.1)
+    s = PieceScheduler(SIZE, config=cfg)
+    s.holder_has("slow", ALL, rate=3e4)
+    s.holder_has("claims all", ALL, rate=3e6)
+    now = 0.0
+    for _ in range(cfg.slower_holder_refusals):
+        assert [r.holder for r in s.next_requests(now)] == ["claims all"]
+        (rid,) = s.in_flight_ids()
+        s.request_failed(rid, now, Failure.BUSY)
+        now += 0.2
+    assert {r.holder for r in s.next_requests(now)} == {"claims all", "slow"}
 
 
 def test_lying_holder_is_dropped_and_its_pieces_reoffered() -> None:
