@@ -81,9 +81,10 @@ class GossipConfig:
     heartbeat_interval: int = 1
     # A peer whose measured upload rate is under this share of its peers' median (0: never) holds others'
     # messages ``slow_uplink_hold`` seconds and then forwards them only to mesh members that sent it no copy,
-    # judged every ``uplink_check_interval`` seconds (protocol/gossip_uplink.py).
+    # judged every ``uplink_check_interval`` seconds (protocol/gossip_uplink.py). The hold is what a peer
+    # that only the slow one reaches waits: well under a round's leader timeout (2 s by default).
     slow_uplink_ratio: float = 0.5
-    slow_uplink_hold: float = 2.0
+    slow_uplink_hold: float = 1.0
     uplink_check_interval: float = 5.0
     # Messages with less data get no IDONTWANT (protocol/gossip_lean.py); 0 sends it for every message.
     idontwant_min_bytes: int = IDONTWANT_MIN_BYTES

@@ -18,9 +18,9 @@ member straight from their origin (gossip_router.RunRouter). Where a slow peer i
 links, a member behind NAT reached through it), the message arrives ``slow_uplink_hold`` later, not never.
 Strangers following the run and members over a relay get every message at once, as before: the origin
 does not send to them directly. A copy a peer sends us only ever spares that peer a copy, so nobody can use
-it against anyone else. On the testbed's mixed lines the two slow peers held 120-125 copies a round and
-sent 11-15 when the hold ended; a capture of one found its control frames at 0.073 payloads a round, from
-0.10 (docs/benchmarks.md).
+it against anyone else. On the testbed's mixed lines the two slow peers held 120-125 copies a round and,
+at a 2 s hold, sent 11-15 when the hold ended; a capture of one found its control frames at 0.073
+payloads a round, from 0.10 (docs/benchmarks.md).
 
 What "slow" rests on: only what this peer measured, never a claim (:class:`SlowUplink`). Its own upload
 rate is what its pieces server's uploads took (swarm_turns.Waitlist.upload_rate); its peers' uplinks are the
