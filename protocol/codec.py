@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from .claims import forged_part
-from .gossip import MAX_ANNOUNCEMENT_BYTES
+from .gossip_config import MAX_ANNOUNCEMENT_BYTES
 from .messages import (
     Announcement,
     Certificate,

@@ -23,7 +23,8 @@ from distro_node.protocol.blobs import BlobCatalog, BlobConfig, BlobServer
 from distro_node.protocol.consensus import RoundConfig, RoundMachine
 from distro_node.protocol.dialback import DialbackServer
 from distro_node.protocol.errors import TransportError
-from distro_node.protocol.gossip import GossipConfig, open_gossip
+from distro_node.protocol.gossip import open_gossip
+from distro_node.protocol.gossip_config import GossipConfig
 from distro_node.protocol.host import HostConfig, P2PHost, open_host
 from distro_node.protocol.identity import load_or_create_identity
 from distro_node.protocol.manifest_rpc import install_manifest_server

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import trio
-from distro_node.protocol.gossip import announce_topic
+from distro_node.protocol.gossip_config import announce_topic
 from distro_node.protocol.testing import WAIT
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair

@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
-from distro_node.protocol.gossip import AnnouncementChannel, GossipConfig, open_gossip
+from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
+from distro_node.protocol.gossip_config import GossipConfig
 from distro_node.protocol.gossip_router import RunRouter
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.testing import WAIT, start_hosts, wait_until

@@ -7,7 +7,7 @@ from __future__ import annotations
 import multihash
 import pytest
 import trio
-from distro_node.protocol.gossip import GossipConfig
+from distro_node.protocol.gossip_config import GossipConfig
 from distro_node.protocol.gossip_lean import IDONTWANT_MIN_BYTES, drop_inlined_key
 from distro_node.protocol.testing import WAIT, wait_until
 from gossip_support import router, sent_rpcs, star

@@ -8,7 +8,8 @@ from contextlib import AsyncExitStack
 
 import pytest
 import trio
-from distro_node.protocol.gossip import GossipConfig, open_gossip
+from distro_node.protocol.gossip import open_gossip
+from distro_node.protocol.gossip_config import GossipConfig
 from distro_node.protocol.gossip_mute import MuteConfig, RefusalLedger
 from distro_node.protocol.testing import WAIT, start_hosts
 from libp2p.peer.id import ID

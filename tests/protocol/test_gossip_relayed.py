@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import trio
 from distro_node.protocol.circuits import Kind
-from distro_node.protocol.gossip import GossipConfig, open_gossip
+from distro_node.protocol.gossip import open_gossip
+from distro_node.protocol.gossip_config import GossipConfig
 from distro_node.protocol.gossip_router import RunRouter
 from distro_node.protocol.relay_client import RelayClient
 from distro_node.protocol.relay_service import open_relay_service

@@ -9,7 +9,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
 import trio
-from distro_node.protocol.gossip import AnnouncementChannel, GossipConfig, open_gossip
+from distro_node.protocol.gossip import AnnouncementChannel, open_gossip
+from distro_node.protocol.gossip_config import GossipConfig
 from distro_node.protocol.gossip_router import RunRouter
 from distro_node.protocol.host import P2PHost
 from distro_node.protocol.testing import WAIT, start_hosts, wait_until

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 import trio
-from distro_node.protocol.gossip import AnnouncementChannel, GossipConfig
+from distro_node.protocol.gossip import AnnouncementChannel
+from distro_node.protocol.gossip_config import GossipConfig
 from distro_node.protocol.gossip_router import RunRouter
 from distro_node.protocol.gossip_uplink import HeldForwards, SlowUplink
 from distro_node.protocol.host import P2PHost

@@ -9,13 +9,12 @@ import pytest
 import trio
 from distro_node.protocol.errors import AnnouncementTooLargeError
 from distro_node.protocol.gossip import (
-    MAX_ANNOUNCEMENT_BYTES,
     AnnouncementChannel,
     GossipMessage,
     Validator,
-    announce_topic,
     open_gossip,
 )
+from distro_node.protocol.gossip_config import MAX_ANNOUNCEMENT_BYTES, announce_topic
 from distro_node.protocol.gossip_router import CATCH_UP_MESSAGES
 from distro_node.protocol.host import P2PHost, open_host
 from distro_node.protocol.testing import NO_PX_LOOP, WAIT, connect_all_to, start_hosts
