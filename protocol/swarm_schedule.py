@@ -29,10 +29,9 @@ Rules, and why:
 - Not from a far slower holder. A piece is not asked of a holder while another live holder of it, over as
   good a connection, would deliver it in under 1/``slower_holder_factor`` of the time, its rest and queue
   counted: we wait for that one's turn instead, unless it refused us ``slower_holder_refusals`` times in a
-  row. Holders of alike lines are never held back: a busy one's queue makes it no sooner. Asked for
-  whatever it held that was not yet spoken for, a 2 Mbit/s peer (testbed, mixed 8 at a quarter) relayed
-  other payloads' pieces and repeated its own at up to 1.2 pieces a round, 2 s of its uplink each, and
-  the round ended on those uploads. It is still asked for what no faster holder has: its own first copies.
+  row. Holders of alike lines are never held back (a busy one's queue makes it no sooner). Asked for all
+  it held that was not spoken for, a 2 Mbit/s peer (testbed, mixed 8) relayed and repeated up to 1.2
+  pieces a round, 2 s of its uplink each; it is still asked for what no faster holder has.
 - A holder that failed, or sent bytes that do not verify, is dropped at once and its pieces re-offered.
 - A holder that refused as busy rests until the turn it named (``retry_after``, capped), and a caller
   sharing holders among fetches can close some to this one (``may_ask``): protocol/swarm_turns.py.
@@ -163,10 +162,12 @@ class PieceScheduler:
         if not free_holders:
             return out
         holders_of = self._holders_of
+        etas = self._etas(now)
         for name in self._ranked(free_holders):
             h = self.holders[name]
+            elsewhere = self._held_sooner(name, h, etas)
             while len(h.in_flight) < self.config.max_in_flight:
-                free = [i for i in h.pieces if i in askable and not self._sooner_elsewhere(name, h, i, now)]
+                free = [i for i in h.pieces if i in askable and i not in elsewhere]
                 if not free:
                     break
                 free.sort(key=lambda i: (len(holders_of[i]), self._tiebreak[i]))  # rarest first
@@ -364,23 +365,29 @@ class PieceScheduler:
         holders = self._holders_of[piece]
         return len(holders) > (holder in holders)
 
-    def _sooner_elsewhere(self, name: str, h: _Holder, piece: int, now: float) -> bool:
-        """Whether another live holder of ``piece``, over as good a connection, would deliver it in under
-        1/``slower_holder_factor`` of the time ``h`` would, counting its rest and its queue, and has not
-        refused us ``slower_holder_refusals`` times in a row."""
+    def _etas(self, now: float) -> dict[str, float]:
+        """Per live, measured holder that has not refused us ``slower_holder_refusals`` times in a row: the
+        seconds a piece would take there, its rest and queue counted (none with the rule off)."""
         cfg = self.config
-        if cfg.slower_holder_factor <= 0 or h.rate is None:
-            return False
-        here = self._expected_seconds(h, 1)
-        for other in self._holders_of[piece]:
+        if cfg.slower_holder_factor <= 0:
+            return {}
+        return {n: max(0.0, g.resting_until - now) + self._expected_seconds(g, 1)
+                for n, g in self.holders.items()
+                if not g.dropped and g.rate is not None and g.refusals < cfg.slower_holder_refusals}
+
+    def _held_sooner(self, name: str, h: _Holder, etas: dict[str, float]) -> set[int]:
+        """The pieces another holder among ``etas``, over as good a connection, would deliver in under
+        1/``slower_holder_factor`` of the time ``h`` would: not asked of ``h`` (never when ``h`` is
+        unmeasured)."""
+        if h.rate is None or not etas:
+            return set()
+        bar = self._expected_seconds(h, 1) / self.config.slower_holder_factor
+        out: set[int] = set()
+        for other, eta in etas.items():
             g = self.holders[other]
-            if (other == name or g.conn_class > h.conn_class or g.refusals >= cfg.slower_holder_refusals
-                    or g.rate is None):
-                continue
-            there = max(0.0, g.resting_until - now) + self._expected_seconds(g, 1)
-            if there * cfg.slower_holder_factor < here:
-                return True
-        return False
+            if other != name and eta < bar and g.conn_class <= h.conn_class:
+                out |= g.pieces
+        return out
 
     def _expected_seconds(self, h: _Holder, extra: int) -> float:
         rate = h.rate if h.rate is not None else self.config.prior_rate
