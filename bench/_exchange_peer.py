@@ -230,14 +230,14 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
                     "timed out at round %d: %d payload and %d done announcements of %d, %d peers connected",
                     step, *heard, peers - 1, len(host.connected_peers()))
             nursery.cancel_scope.cancel()
+        held, late = gossip.held_forwards()
         moved = {} if swarm is None else {"downloaded": swarm.stats.downloaded,
                                           "uploaded": swarm.server.uploaded_bytes,
                                           "refused": swarm.server.busy, "cut": swarm.server.uploads_cut,
                                           "cpu_s": round(time.process_time(), 3),
                                           "served_by_kind": swarm.server.served_by_kind,
                                           "serving_s": serving,
-                                          "forwards_held": gossip.held_forwards()[0],
-                                          "forwards_late": gossip.held_forwards()[1]}
+                                          "forwards_held": held, "forwards_late": late}
         print(json.dumps({"times": times, "timed_out": rc != 0, **moved}), flush=True)
         return rc
 

@@ -298,7 +298,7 @@ class PiecesServer:
             if key in self._own:
                 self.first_copies.asked(fetcher, ended)
                 if ok:
-                    own_rate = self.waitlist.upload_rate(PIECE_BYTES)
+                    own_rate = self.own_upload_rate()
                     self.first_copies.delivered(key, got, fetcher, ended, own_rate, self.rates)
             self._slot_freed.unpark_all()
 
@@ -311,7 +311,7 @@ class PiecesServer:
         got = pick_to_serve(choices, have, started, uploading=self.uploads_in_progress,
                             slots=self.config.upload_slots, relay_waits=relay_waits)
         if key in self._own and self.first_copies.keeps(key, got, started, fetcher, trio.current_time(),
-                                                        self.waitlist.upload_rate(PIECE_BYTES), self.rates):
+                                                        self.own_upload_rate(), self.rates):
             return Decline.BUSY, False
         return got, not relay_waits
 
