@@ -66,10 +66,26 @@ def _swarm_figures(peers: int, rounds: int, size: int, results: list[dict[str, A
             # Per peer, in link order: median over rounds of the time from the round's start to the end of its
             # last piece upload in it; the round ends a tail after the slow origins' serving ends.
             "serving_ends_s_by_peer": [_median(r.get("serving_s", [])) for r in results],
+            # Per peer, in link order: the same to the end of its last first copy of its own payload; and
+            # what a round is made of: the last first copy anyone sent (the bytes only one peer held), then
+            # the tail until the median peer held everything (medians over the rounds after the first).
+            "own_first_ends_s_by_peer": [_median(r.get("own_first_s", [])) for r in results],
+            **_last_copy_and_tail(results),
             # Per peer, in link order: gossip copies held on a slow uplink per round, and those of them sent
             # when the hold ended (protocol/gossip_uplink.py); the rest were spared.
             "gossip_held_per_round": [round(r.get("forwards_held", 0) / rounds, 1) for r in results],
             "gossip_held_sent_per_round": [round(r.get("forwards_late", 0) / rounds, 1) for r in results]}
+
+
+def _last_copy_and_tail(results: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Per round after the first: the latest any peer's own first copies ended, and from then until the
+    median peer's round ended (each peer's times count from its own start of the round)."""
+    ends = [r.get("own_first_s", []) for r in results]
+    times = [r.get("times", []) for r in results]
+    rounds = min(len(x) for x in (*ends, *times)) if results else 0
+    last = [max(e[i] for e in ends) for i in range(1, rounds)]
+    tail = [statistics.median(t[i] for t in times) - last[i - 1] for i in range(1, rounds)]
+    return {"last_first_copy_s": _median(last), "tail_after_last_first_copy_s": _median(tail)}
 
 
 def _median(values: list[float]) -> float | None:

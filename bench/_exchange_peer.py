@@ -117,12 +117,17 @@ class Swarm:
         self.server = PiecesServer(host, store, self.partials, self.config, rates=self.rates,
                                    on_upload=self._uploaded)
         self.upload_ended = 0.0  # perf_counter when our last piece upload ended
+        self.own_first_ended = 0.0  # ... and our last first copy of our own payload
+        self._own_first = 0
         self.stats = FetchStats()
         self.gate = HolderGate() if turns else None  # one request to a holder at once over our fetches
         self.server.install()
 
     def _uploaded(self, _: int) -> None:
         self.upload_ended = time.perf_counter()
+        own_first = self.server.served_by_kind["own_first"]  # counted before the upload is reported
+        if own_first != self._own_first:
+            self._own_first, self.own_first_ended = own_first, self.upload_ended
 
 
 async def _round(host: P2PHost, gossip: AnnouncementChannel, inbox: Inbox, store: PayloadStore,
@@ -202,6 +207,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
         inbox = Inbox(time_scale)
         times: list[float] = []
         serving: list[float] = []  # per round, from its start to the end of our last upload in it
+        own_first: list[float] = []  # ... and to the end of the last first copy of our own payload
         rc = 0
         async with trio.open_nursery() as nursery:
             nursery.start_soon(inbox.pump, gossip)
@@ -221,6 +227,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
                     await inbox.wait_count(KIND_DONE, step, peers - 1, done)
                     if swarm is not None:  # everyone holds everything: our serving for the round is over
                         serving.append(max(0.0, swarm.upload_ended - started))
+                        own_first.append(max(0.0, swarm.own_first_ended - started))
                 await _linger(host, done)
             except trio.TooSlowError:
                 rc = 2
@@ -236,7 +243,7 @@ async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, l
                                           "refused": swarm.server.busy, "cut": swarm.server.uploads_cut,
                                           "cpu_s": round(time.process_time(), 3),
                                           "served_by_kind": swarm.server.served_by_kind,
-                                          "serving_s": serving,
+                                          "serving_s": serving, "own_first_s": own_first,
                                           "forwards_held": held, "forwards_late": late}
         print(json.dumps({"times": times, "timed_out": rc != 0, **moved}), flush=True)
         return rc

@@ -74,6 +74,12 @@ def test_a_dilated_exchange_runs_the_swarm_in_slower_time(tmp_path: Path) -> Non
     assert run["tbf"]["5_mbit"].endswith("latency 100ms")
     assert row["median_round_s"] >= 0.9 * row["bound_s"]
     assert row["amplification"] <= 1.05
+    # Every peer sent its own first copies, none after its last upload; the round's second part is what
+    # follows the last of them (each peer needs that piece, so the median peer ends after it).
+    firsts, ends = row["own_first_ends_s_by_peer"], row["serving_ends_s_by_peer"]
+    assert len(firsts) == 3 and all(0 < f <= e for f, e in zip(firsts, ends, strict=True))
+    assert 0 < row["last_first_copy_s"] <= max(ends)
+    assert row["tail_after_last_first_copy_s"] > -0.5
     # --capture-uplink: peer 1's uplink by kind of frame. It served pieces (bulk), acknowledged what it
     # downloaded, and asked for pieces (control); the kinds add up to what was captured.
     if not capture:
