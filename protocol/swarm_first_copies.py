@@ -30,7 +30,6 @@ wait, not the piece.
 
 from __future__ import annotations
 
-import statistics
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 
@@ -47,7 +46,6 @@ class PeerRates:
         self._smoothing = smoothing
         self._max_tracked = max_tracked
         self._rates: OrderedDict[str, float] = OrderedDict()
-        self._median: float | None = None  # of every rate, worked out again after a change
 
     def observe(self, peer: str, rate: float) -> None:
         if not rate > 0:
@@ -57,7 +55,6 @@ class PeerRates:
         self._rates[peer] = rate if old is None else a * rate + (1 - a) * old
         while len(self._rates) > self._max_tracked:
             self._rates.popitem(last=False)
-        self._median = None
 
     def get(self, peer: str) -> float:
         """The peer's rate; 0.0 when never measured."""
@@ -66,17 +63,6 @@ class PeerRates:
     def values(self) -> list[float]:
         """Every rate measured (a peer each): this peer's view of the swarm's lines (gossip_uplink.py)."""
         return list(self._rates.values())
-
-    def far_below_median(self, peer: str, factor: float) -> bool:
-        """Whether ``peer`` was measured at under 1/``factor`` of the median of every peer measured (at least
-        three; never for an unmeasured peer, nor with ``factor`` 0): a line far slower than this peer's
-        swarm's usual one (protocol/swarm_talk.py opens no session to such a partial holder)."""
-        rate = self._rates.get(peer)
-        if factor <= 0 or rate is None or len(self._rates) < 3:
-            return False
-        if self._median is None:
-            self._median = statistics.median(self._rates.values())
-        return rate * factor < self._median
 
     def known(self, peer: str) -> float | None:
         """The peer's rate, None when never measured: what a new fetch's scheduler starts that holder

@@ -64,7 +64,6 @@ class HolderTalk:
         peer, complete = str(lane.holder), lane.complete
         if not complete:
             await self._listing_settled()
-            await self._while_far_slower(lane)
         opening = SessionOpen(self.request.run_id, self.request.step, self.request.root)
         async with client_stream(self.host, lane.holder, PIECES_PROTOCOL, timeout=self.cfg.fetch_timeout,
                                  what="pieces session") as raw:
@@ -111,21 +110,6 @@ class HolderTalk:
         while self.sched is None and not all(x.over for x in self.lanes.values() if x.complete):
             with trio.move_on_after(self.cfg.have_wait):
                 await self._listed.wait()
-
-    async def _while_far_slower(self, lane: Lane) -> None:
-        """While this partial holder is measured far slower than the median of our peers (``PeerRates.
-        far_below_median``, by the schedule's ``slower_holder_factor``) and a complete holder's session
-        lives: no session, looked at again every ``have_wait``. Whatever it holds it got from a peer, and the
-        schedule would not ask it while faster holders have it; its session (stream and protocol set-up, a
-        HAVE long poll answered empty while its own first copies are out, the close) was a dozen small
-        frames a payload on the slow line that carries the swarm's bottleneck (testbed, mixed 8: each slow
-        peer took part in about 20 such sessions a round). With no complete holder left it is asked."""
-        rates, factor = self.rates, self.cfg.schedule.slower_holder_factor
-        if rates is None:
-            return
-        while rates.far_below_median(str(lane.holder), factor) and any(
-                not x.over for x in self.lanes.values() if x.complete):
-            await trio.sleep(self.cfg.have_wait)
 
     async def _list(self, stream: BufferedStream, peer: str) -> bool:
         """Ask this holder for the piece-hash list unless another session already got it; False when it

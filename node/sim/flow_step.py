@@ -119,16 +119,10 @@ class _Exchange:
         known = self.rates[fetcher].known
         sched.holder_has(str(author), ALL, rate=known(str(author)))
         for holder in self.spec.neighbours[fetcher]:
-            if holder != author and not self._far_slower(fetcher, holder):
+            if holder != author:
                 sched.holder_has(str(holder), self._offered(holder, author),
                                  uploads=self.uploading[holder], rate=known(str(holder)))
         self._ask(fetcher, author)
-
-    def _far_slower(self, fetcher: int, holder: int) -> bool:
-        """As swarm_talk.HolderTalk._while_far_slower: a partial holder ``fetcher`` measured far slower than
-        the median of its peers gets no session (the author, always there in the model, holds it all)."""
-        factor = self.spec.schedule.slower_holder_factor
-        return self.rates[fetcher].far_below_median(self.names[holder], factor)
 
     def _ask(self, fetcher: int, author: int) -> None:
         sched = self.sched[(fetcher, author)]
@@ -219,7 +213,7 @@ class _Exchange:
                 continue
             for other in self.near[holder]:
                 sched = self.sched.get((other, author))
-                if sched is not None and not sched.complete and not self._far_slower(other, holder):
+                if sched is not None and not sched.complete:
                     news = partial(self._news, other, author, holder, offered)
                     self.at(self.net.now + self.spec.latency, news)
 
@@ -310,11 +304,6 @@ class _Exchange:
         for other in self.near[fetcher]:
             theirs = self.sched.get((other, author))
             if theirs is None or other == fetcher:
-                continue
-            if name not in theirs.holders:  # it had no session there (``_far_slower``): opened once it is not
-                if offered and not self._far_slower(other, fetcher):
-                    self.at(self.net.now + self.spec.latency,
-                            partial(self._news, other, author, fetcher, offered))
                 continue
             quiet = piece in theirs.no_news_from(name) or theirs.offers(name)
             if not quiet and offered:  # its poll there is answered now

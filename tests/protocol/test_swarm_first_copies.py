@@ -33,22 +33,6 @@ def test_peer_rates_average_each_peer_and_forget_the_least_recent_beyond_the_cap
         PeerRates(smoothing=0)
 
 
-def test_a_peer_far_below_the_median_of_the_measured_ones() -> None:
-    """Under a quarter of the median of every peer measured, once at least three are; the median follows new
-    measurements."""
-    rates = PeerRates(smoothing=1.0)
-    rates.observe("gigabit", 3000.0)
-    rates.observe("slow", 30.0)
-    assert not rates.far_below_median("slow", 4.0)  # two measured: no median to speak of
-    rates.observe("home", 300.0)
-    assert rates.far_below_median("slow", 4.0)  # 30 x 4 < 300
-    assert not rates.far_below_median("home", 4.0) and not rates.far_below_median("gigabit", 4.0)
-    assert not rates.far_below_median("slow", 0.0)  # the rule off
-    assert not rates.far_below_median("never measured", 4.0)
-    rates.observe("home", 100.0)  # the median is now 100: 30 x 4 is not under it
-    assert not rates.far_below_median("slow", 4.0)
-
-
 def test_a_first_copy_waits_for_a_fast_fetcher_only_while_one_is_waiting() -> None:
     rates = PeerRates()
     rates.observe("gigabit", 100.0)
