@@ -41,7 +41,7 @@ from .swarm_first_copies import FirstCopies, PeerRates
 from .swarm_pick import Decline, own_first_copies_left, pick_to_serve
 from .swarm_turns import Waitlist
 from .transfer import ServedPayloads
-from .wire import BufferedReader, ShortReadError, reply_within, reset_quietly
+from .wire import BufferedReader, ShortReadError, read_opening, reply_within, reset_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -110,17 +110,10 @@ class PiecesServer:
 
     async def _handle(self, stream: INetStream) -> None:
         reader = BufferedReader(stream)  # every read of this session goes through it
-        try:
-            with trio.fail_after(self.config.request_timeout):
-                opening = await read_open(reader)
-        except BadRequestError as exc:
+        opening = await read_opening(stream, partial(read_open, reader), self.config.request_timeout,
+                                     partial(self._status, stream, Status.BAD_REQUEST), "pieces session")
+        if opening is None:
             self.bad_requests += 1
-            logger.debug("bad pieces session from %s: %s", stream.muxed_conn.peer_id, exc)
-            await self._status(stream, Status.BAD_REQUEST)
-            return
-        except trio.TooSlowError:
-            self.bad_requests += 1
-            await reset_quietly(stream)
             return
         self.last_request_at = trio.current_time()
         if opening.run_id != self.store.run_id:

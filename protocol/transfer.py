@@ -21,6 +21,7 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import partial
 from typing import Protocol
 
 import trio
@@ -42,7 +43,14 @@ from .host import P2PHost
 from .pieces import RootHasher
 from .rpc import client_stream
 from .store import DIGEST_BYTES
-from .wire import READ_CHUNK, ByteReader, ShortReadError, read_exactly, reply_within, reset_quietly
+from .wire import (
+    READ_CHUNK,
+    ByteReader,
+    ShortReadError,
+    read_exactly,
+    read_opening,
+    reply_within,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -178,17 +186,11 @@ class PayloadServer:
         self.host.set_handler(PAYLOAD_PROTOCOL, self._handle)
 
     async def _handle(self, stream: INetStream) -> None:
-        try:
-            with trio.fail_after(self.config.request_timeout):
-                request = await read_request(stream)
-        except BadRequestError as exc:
+        refuse = partial(self._reply_status, stream, Status.BAD_REQUEST)
+        read = partial(read_request, stream)
+        request = await read_opening(stream, read, self.config.request_timeout, refuse, "payload request")
+        if request is None:
             self.bad_requests += 1
-            logger.debug("bad payload request from %s: %s", stream.muxed_conn.peer_id, exc)
-            await self._reply_status(stream, Status.BAD_REQUEST)
-            return
-        except trio.TooSlowError:
-            self.bad_requests += 1
-            await reset_quietly(stream)
             return
         self.last_request_at = trio.current_time()
         data = self.store.get(request.step, request.payload_hash)

@@ -9,15 +9,20 @@ said it is prepared to hold.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import trio
+from libp2p.abc import INetStream
 from libp2p.network.stream.exceptions import StreamEOF
+
+from .errors import BadRequestError
 
 # Matches the yamux frame payload limit in 0.8.1 (64 KiB): asking for more never returns more at once.
 READ_CHUNK = 64 * 1024
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def refuse_msgpack_ext(code: int, data: bytes) -> Any:
@@ -150,3 +155,20 @@ async def reply_within(stream: ReplyStream, timeout: float, header: bytes, body:
         await reset_quietly(stream)
         return False
     return True
+
+
+async def read_opening(stream: INetStream, read: Callable[[], Awaitable[T]], timeout: float,
+                       refuse: Callable[[], Awaitable[object]], what: str) -> T | None:
+    """A request's opening as ``read`` parses it from ``stream``, within ``timeout``. None when it was
+    malformed (``refuse`` answers it) or did not come in time (the stream is reset: a stranger that opens a
+    stream and sends nothing holds no server task of ours); the caller counts either as a bad request.
+    Every request/reply server of ours opens this way."""
+    try:
+        with trio.fail_after(timeout):
+            return await read()
+    except BadRequestError as exc:
+        logger.debug("bad %s from %s: %s", what, stream.muxed_conn.peer_id, exc)
+        await refuse()
+    except trio.TooSlowError:
+        await reset_quietly(stream)
+    return None

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import cast
+
 import pytest
 import trio
-from distro_node.protocol.wire import WRITE_CHUNK, BufferedReader, ShortReadError, read_exactly, write_reply
+import trio.testing
+from distro_node.protocol.errors import BadRequestError
+from distro_node.protocol.wire import (
+    WRITE_CHUNK,
+    BufferedReader,
+    ShortReadError,
+    read_exactly,
+    read_opening,
+    write_reply,
+)
+from libp2p.abc import INetStream
 
 
 class _Frames:
@@ -70,3 +83,39 @@ def test_a_reply_header_goes_out_with_the_first_chunk_of_its_body() -> None:
     small = _Writes()
     trio.run(write_reply, small, b"\x00", b"")
     assert small.writes == [b"\x00"]
+
+
+class _Opened:
+    """The stream of a request being opened: who sent it, and whether it was reset."""
+
+    def __init__(self) -> None:
+        self.muxed_conn = SimpleNamespace(peer_id="stranger")
+        self.was_reset = False
+
+    async def reset(self) -> None:
+        self.was_reset = True
+
+
+@pytest.mark.parametrize("arrives", ["well-formed", "malformed", "never"])
+def test_a_request_opening_is_read_refused_or_cut_off(arrives: str) -> None:
+    """Every server's opening: parsed within the timeout; a malformed one answered by the refusal, one that
+    never comes cut off by a reset; the caller gets None for both."""
+    stream, refused = _Opened(), []
+
+    async def read() -> str:
+        if arrives == "malformed":
+            raise BadRequestError("version 9")
+        if arrives == "never":
+            await trio.sleep_forever()
+        return "opening"
+
+    async def refuse() -> None:
+        refused.append(True)
+
+    async def body() -> str | None:
+        return await read_opening(cast(INetStream, stream), read, 5.0, refuse, "test request")
+
+    got = trio.run(body, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert got == ("opening" if arrives == "well-formed" else None)
+    assert refused == ([True] if arrives == "malformed" else [])
+    assert stream.was_reset == (arrives == "never")
