@@ -26,12 +26,8 @@ Rules, and why:
 - Holders are tried best first: connection class (``conn_class``: 0 direct, higher later; another layer
   decides it), then the time a piece would take there given the measured rate and the requests already
   queued on it, its own reported uploads included. At most ``max_in_flight`` requests per holder.
-- Not from a far slower holder. A piece is not asked of a holder while another live holder of it, over as
-  good a connection, would deliver it in under 1/``slower_holder_factor`` of the time, its rest and queue
-  counted: we wait for that one's turn instead, unless it refused us ``slower_holder_refusals`` times in a
-  row. Holders of alike lines are never held back (a busy one's queue makes it no sooner). Asked for all
-  it held that was not spoken for, a 2 Mbit/s peer (testbed, mixed 8) relayed and repeated up to 1.2
-  pieces a round, 2 s of its uplink each; it is still asked for what no faster holder has.
+- Not from a far slower holder: a piece is not asked of a holder while another would deliver it in under
+  1/``slower_holder_factor`` of the time (protocol/swarm_holders.py, which weighs the holders).
 - A holder that failed, or sent bytes that do not verify, is dropped at once and its pieces re-offered.
 - A holder that refused as busy rests until the turn it named (``retry_after``, capped), and a caller
   sharing holders among fetches can close some to this one (``may_ask``): protocol/swarm_turns.py.
@@ -42,26 +38,15 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from .pieces import PIECE_BYTES, piece_count, piece_span
+from .swarm_holders import Holder, etas, held_sooner, ranked
 from .swarm_schedule_config import ALL, Failure, Request, ScheduleConfig
 
 # The values a caller exchanges with the scheduler live in swarm_schedule_config.py; importable from here too.
 __all__ = ["ALL", "Failure", "PieceScheduler", "Request", "ScheduleConfig"]
-
-@dataclass
-class _Holder:
-    pieces: set[int]
-    conn_class: int = 0
-    rate: float | None = None
-    uploads: int = 0  # uploads the holder reported busy with (all fetchers)
-    in_flight: set[int] = field(default_factory=set)  # request ids
-    resting_until: float = 0.0
-    dropped: bool = False
-    refusals: int = 0  # BUSY answers since it last served us a piece
-
 
 @dataclass
 class _InFlight:
@@ -90,7 +75,7 @@ class PieceScheduler:
         for i in have:
             self._check_index(i)
             self.have.add(i)
-        self.holders: dict[str, _Holder] = {}
+        self.holders: dict[str, Holder] = {}
         self._requests: dict[int, _InFlight] = {}
         self._next_id = 0
         self.received_bytes = 0  # every verified piece byte, a cancelled partial piece excluded
@@ -115,7 +100,7 @@ class PieceScheduler:
         got = set(range(self.count)) if pieces == ALL else {i for i in pieces if 0 <= i < self.count}
         h = self.holders.get(holder)
         if h is None:
-            h = self.holders[holder] = _Holder(got, conn_class=conn_class, rate=rate)
+            h = self.holders[holder] = Holder(got, conn_class=conn_class, rate=rate)
             new: set[int] = got
         else:
             new = got - h.pieces
@@ -162,10 +147,10 @@ class PieceScheduler:
         if not free_holders:
             return out
         holders_of = self._holders_of
-        etas = self._etas(now)
-        for name in self._ranked(free_holders):
+        times = etas(self.holders, now, self.config)
+        for name in ranked(self.holders, free_holders, self.config.prior_rate):
             h = self.holders[name]
-            elsewhere = self._held_sooner(name, h, etas)
+            elsewhere = held_sooner(name, self.holders, times, self.config)
             while len(h.in_flight) < self.config.max_in_flight:
                 free = [i for i in h.pieces if i in askable and i not in elsewhere]
                 if not free:
@@ -197,7 +182,7 @@ class PieceScheduler:
         for rid, r in self._requests.items():
             if r.piece is not None and not self._held_elsewhere(r.holder, r.piece):
                 continue
-            expected = self._expected_seconds(self.holders[r.holder], 0)
+            expected = self.holders[r.holder].expected_seconds(0, self.config.prior_rate)
             limit = max(self.config.overdue_floor, self.config.overdue_factor * expected)
             if now - r.sent_at > limit:
                 late.append(rid)
@@ -346,7 +331,7 @@ class PieceScheduler:
         if not 0 <= i < self.count:
             raise ValueError(f"piece {i} outside 0..{self.count - 1}")
 
-    def _free(self, h: _Holder, now: float) -> bool:
+    def _free(self, h: Holder, now: float) -> bool:
         """Live, not resting, and with room for another request."""
         return not h.dropped and h.resting_until <= now and len(h.in_flight) < self.config.max_in_flight
 
@@ -364,38 +349,6 @@ class PieceScheduler:
         """Whether a live holder besides ``holder`` holds ``piece``."""
         holders = self._holders_of[piece]
         return len(holders) > (holder in holders)
-
-    def _etas(self, now: float) -> dict[str, float]:
-        """Per live, measured holder that has not refused us ``slower_holder_refusals`` times in a row: the
-        seconds a piece would take there, its rest and queue counted (none with the rule off)."""
-        cfg = self.config
-        if cfg.slower_holder_factor <= 0:
-            return {}
-        return {n: max(0.0, g.resting_until - now) + self._expected_seconds(g, 1)
-                for n, g in self.holders.items()
-                if not g.dropped and g.rate is not None and g.refusals < cfg.slower_holder_refusals}
-
-    def _held_sooner(self, name: str, h: _Holder, etas: dict[str, float]) -> set[int]:
-        """The pieces another holder among ``etas``, over as good a connection, would deliver in under
-        1/``slower_holder_factor`` of the time ``h`` would: not asked of ``h`` (never when ``h`` is
-        unmeasured)."""
-        if h.rate is None or not etas:
-            return set()
-        bar = self._expected_seconds(h, 1) / self.config.slower_holder_factor
-        out: set[int] = set()
-        for other, eta in etas.items():
-            g = self.holders[other]
-            if other != name and eta < bar and g.conn_class <= h.conn_class:
-                out |= g.pieces
-        return out
-
-    def _expected_seconds(self, h: _Holder, extra: int) -> float:
-        rate = h.rate if h.rate is not None else self.config.prior_rate
-        return max(1, len(h.in_flight) + h.uploads + extra) * PIECE_BYTES / rate
-
-    def _ranked(self, names: list[str]) -> list[str]:
-        return sorted(names, key=lambda n: (self.holders[n].conn_class,
-                                            self._expected_seconds(self.holders[n], 1), n))
 
     def _forget(self, request_id: int) -> None:
         r = self._requests.pop(request_id, None)
