@@ -17,6 +17,9 @@ from .gossip_mute import MuteConfig
 MAX_ANNOUNCEMENT_BYTES = 32 * 1024
 # go-libp2p-pubsub's default and py-libp2p 0.8.1's outbound split size; see module docstring.
 INBOUND_RPC_LIMIT = 1024 * 1024
+# The settings in seconds that only need to be positive.
+_SECONDS = ("link_check_interval", "slow_uplink_hold", "uplink_check_interval")
+
 
 @dataclass(frozen=True)
 class GossipConfig:
@@ -72,16 +75,13 @@ class GossipConfig:
             raise ValueError("GossipConfig.stuck_after must be in (0, publish_timeout)")
         if self.reset_after <= self.stuck_after:
             raise ValueError("GossipConfig.reset_after must be > stuck_after")
-        if not 0 < self.link_check_interval < 1e6:
-            raise ValueError("GossipConfig.link_check_interval must be a positive number of seconds")
+        for name in _SECONDS:
+            if not 0 < getattr(self, name) < 1e6:
+                raise ValueError(f"GossipConfig.{name} must be a positive number of seconds")
         if self.idontwant_min_bytes < 0:
             raise ValueError("GossipConfig.idontwant_min_bytes must be >= 0")
         if not 0 <= self.slow_uplink_ratio <= 0.5:
             raise ValueError("GossipConfig.slow_uplink_ratio must be in [0, 0.5] (0: never slow)")
-        if not 0 < self.slow_uplink_hold < 1e6:
-            raise ValueError("GossipConfig.slow_uplink_hold must be a positive number of seconds")
-        if not 0 < self.uplink_check_interval < 1e6:
-            raise ValueError("GossipConfig.uplink_check_interval must be a positive number of seconds")
         if self.heartbeat_interval < 1 or self.receive_buffer < 1:
             raise ValueError("GossipConfig.heartbeat_interval and receive_buffer must be >= 1")
 

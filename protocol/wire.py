@@ -162,7 +162,7 @@ async def read_opening(stream: INetStream, read: Callable[[], Awaitable[T]], tim
     """A request's opening as ``read`` parses it from ``stream``, within ``timeout``. None when it was
     malformed (``refuse`` answers it) or did not come in time (the stream is reset: a stranger that opens a
     stream and sends nothing holds no server task of ours); the caller counts either as a bad request.
-    Every request/reply server of ours opens this way."""
+    The payload and pieces servers open this way."""
     try:
         with trio.fail_after(timeout):
             return await read()
