@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -53,6 +54,15 @@ def put_pieces(server: PiecesServer, step: int, root: bytes, data: bytes, indice
         start, length = piece_span(len(data), i)
         part.put(i, data[start : start + length])
     server.partials.notify()
+
+
+def own_and_other(server: PiecesServer, step: int) -> tuple[bytes, bytes]:
+    """Roots of two whole payloads of SIZE put in ``server``'s store: its own (marked so), and another
+    peer's that it may relay."""
+    own_root = server.store.put(step, os.urandom(SIZE))
+    other_root = server.store.put(step, os.urandom(SIZE))
+    server.mark_own(step, own_root)
+    return own_root, other_root
 
 
 @asynccontextmanager

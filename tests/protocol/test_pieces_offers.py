@@ -7,15 +7,13 @@ the uplink its own first copies were waiting for (protocol/pieces_serve.py ``_of
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import trio
 from distro_node.protocol.pieces import piece_count
 from distro_node.protocol.pieces_wire import Message, Status, read_have_reply
 from distro_node.protocol.testing import WAIT
 from libp2p.abc import INetStream
-from pieces_support import CFG, PATIENT, SIZE, ask_piece, open_session, swarm
+from pieces_support import CFG, PATIENT, SIZE, ask_piece, open_session, own_and_other, swarm
 
 COUNT = piece_count(SIZE)
 
@@ -33,9 +31,7 @@ def test_a_relay_is_not_offered_while_own_first_copies_are_left() -> None:
 
     async def body() -> None:
         async with swarm(2, config=CFG) as ((a, b), (sa, _)):
-            own_root = sa.store.put(5, os.urandom(SIZE))
-            other_root = sa.store.put(5, os.urandom(SIZE))
-            sa.mark_own(5, own_root)
+            own_root, other_root = own_and_other(sa, 5)
             with trio.fail_after(WAIT):
                 mine = await open_session(b, a, 5, own_root)
                 relay = await open_session(b, a, 5, other_root)
@@ -48,15 +44,13 @@ def test_a_relay_is_not_offered_while_own_first_copies_are_left() -> None:
 
 
 @pytest.mark.network
-def test_a_held_poll_is_answered_when_the_last_own_first_copy_starts() -> None:
+def test_a_held_poll_is_answered_once_the_last_own_first_copy_went_out() -> None:
     """With a ``have_wait`` longer than the test, only the holder's wake-up can answer the poll: it comes
     after the last own piece was asked for, never before, and tells of every piece of the other payload."""
 
     async def body() -> None:
         async with swarm(2, config=PATIENT) as ((a, b), (sa, _)):
-            own_root = sa.store.put(5, os.urandom(SIZE))
-            other_root = sa.store.put(5, os.urandom(SIZE))
-            sa.mark_own(5, own_root)
+            own_root, other_root = own_and_other(sa, 5)
             events: list[object] = []
             with trio.fail_after(WAIT):
                 mine = await open_session(b, a, 5, own_root)

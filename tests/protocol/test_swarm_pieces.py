@@ -45,6 +45,7 @@ from pieces_support import (
     exactly,
     fetch,
     open_session,
+    own_and_other,
     put_pieces,
     server_of,
     swarm,
@@ -283,9 +284,7 @@ def test_server_answers_malformed_and_unknown_requests_with_a_status() -> None:
 def test_own_first_copies_are_sent_before_relaying_another_payload() -> None:
     async def body() -> None:
         async with swarm(2) as ((a, b), (sa, _)):
-            own_root = sa.store.put(5, os.urandom(SIZE))
-            other_root = sa.store.put(5, os.urandom(SIZE))
-            sa.mark_own(5, own_root)
+            own_root, other_root = own_and_other(sa, 5)
             with trio.fail_after(WAIT):
                 sessions = {}
                 for root in (other_root, own_root):
@@ -311,9 +310,7 @@ def test_a_busy_holder_tells_each_fetcher_a_later_turn() -> None:
 
     async def body() -> None:
         async with swarm(3) as ((a, b, c), (sa, _, _)):
-            own_root = sa.store.put(5, os.urandom(SIZE))
-            other_root = sa.store.put(5, os.urandom(SIZE))
-            sa.mark_own(5, own_root)
+            own_root, other_root = own_and_other(sa, 5)
             with trio.fail_after(WAIT):
                 streams = []
                 for host, root in ((b, own_root), (b, other_root), (c, other_root)):
