@@ -29,7 +29,7 @@ _LOW_WATER_FROM = 4 * 1024
 _MAX_NOISE_MESSAGE = 65_535
 
 
-def tcp_socket(conn: Any) -> Any | None:
+def _tcp_socket(conn: Any) -> Any | None:
     """The trio socket under a py-libp2p raw TCP connection, or None (another transport, a circuit)."""
     sock = getattr(getattr(getattr(conn, "stream", None), "stream", None), "socket", None)
     if sock is None or getattr(sock, "type", None) != socket.SOCK_STREAM:
@@ -43,7 +43,7 @@ class LowWaterNoiseReader(noise_io.NoisePacketReadWriter):
     async def read_msg(self) -> bytes:
         length = await self.next_msg_len()
         conn = self.read_write_closer
-        sock = tcp_socket(conn) if length >= _LOW_WATER_FROM else None
+        sock = _tcp_socket(conn) if length >= _LOW_WATER_FROM else None
         if sock is None:
             return await read_exactly(conn, length)
         body = bytearray()

@@ -37,7 +37,6 @@ from .pieces_wire import (
     read_message,
     read_open,
 )
-from .send_queue import until_acknowledged
 from .swarm_first_copies import FirstCopies, PeerRates
 from .swarm_pick import Decline, own_first_copies_left, pick_to_serve
 from .swarm_turns import Waitlist
@@ -64,7 +63,6 @@ class PiecesServer:
         self.first_copies = FirstCopies(self.config.first_copy_factor, self.config.first_copy_window)
         self._on_upload = on_upload
         self.uploads_in_progress = 0
-        self._first_sending = 0  # first copies of our own pieces written and not yet acknowledged
         self._slot_freed = trio.lowlevel.ParkingLot()  # requests held for a free upload slot
         self.waitlist = Waitlist(self.config.upload_slots, PIECE_BYTES / self.config.schedule.prior_rate)
         self._uploads = 0  # ids of uploads, for the waitlist's timing
@@ -106,8 +104,7 @@ class PiecesServer:
     def _own_first_copies_left(self) -> bool:
         for own in self._own:
             whole = self.store.get(*own)  # our own payloads are whole; only the piece count is needed
-            if whole is not None and own_first_copies_left(self._started.get(own), piece_count(len(whole)),
-                                                           self._first_sending):
+            if whole is not None and own_first_copies_left(self._started.get(own), piece_count(len(whole))):
                 return True
         return False
 
@@ -265,38 +262,29 @@ class PiecesServer:
             return await reply_within(stream, self.config.request_timeout,
                                       bytes([Status.BUSY]) + U16.pack(wait_ms), close=False)
         self.waitlist.served(fetcher)
+        relays_wait = key in self._own and self._own_first_copies_left()
         kind = "relay" if key not in self._own else "own_repeat" if started.get(got) else "own_first"
         started[got] = started.get(got, 0) + 1
-        first = kind == "own_first"
-        if first:
-            self._first_sending += 1
+        if relays_wait and not self._own_first_copies_left():
+            self.partials.notify()  # the HAVE polls held while relays waited (``_offered``) answer now
         self.uploads_in_progress += 1
         self._uploads += 1
         upload = self._uploads
         self.waitlist.started(upload, now)
         ok = False
-        written: float | None = None  # when the write returned: the waitlist times uploads by it
         try:
             ok = await reply_within(stream, self.config.serve_timeout,
                                     bytes([Status.OK]) + PIECE_HEADER.pack(got, len(data)), data, close=False)
-            written = trio.current_time()
             if ok:
                 self.pieces_served += 1
                 self.served_by_kind[kind] += 1
                 self.uploaded_bytes += len(data)
                 if self._on_upload is not None:
                     self._on_upload(len(data))
-                if first:
-                    await self._until_received(stream)
             return ok
         finally:
             self.uploads_in_progress -= 1
-            if first:
-                relays_waited = self._own_first_copies_left()
-                self._first_sending -= 1
-                if relays_waited and not self._own_first_copies_left():
-                    self.partials.notify()  # polls held while relays waited (``_offered``) answer now
-            ended = written if written is not None else trio.current_time()
+            ended = trio.current_time()
             self.waitlist.finished(upload, ended, complete=ok)
             if not ok:
                 self.uploads_cut += 1
@@ -306,13 +294,6 @@ class PiecesServer:
                     own_rate = self.own_upload_rate()
                     self.first_copies.delivered(key, got, fetcher, ended, own_rate, self.rates)
             self._slot_freed.unpark_all()
-
-    async def _until_received(self, stream: INetStream) -> None:
-        """A first copy of our own piece holds its upload slot, and keeps relays and repeats waiting, until
-        its receiver acknowledged it, not only until it was written (send_queue.py says why). Bounded by
-        twice the time our uplink takes for a piece."""
-        rate = self.own_upload_rate()
-        await until_acknowledged(stream, rate, 2 * PIECE_BYTES / rate)
 
     def _choose(self, key: tuple[int, bytes], choices: tuple[int, ...], have: set[int],
                 started: dict[int, int], fetcher: str) -> tuple[int | Decline, bool]:

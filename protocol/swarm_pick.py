@@ -16,16 +16,10 @@ class Decline(enum.Enum):
     BUSY = "busy"  # every upload slot taken, or only repeats left while it is uploading anyway
 
 
-def own_first_copies_left(own_started: Mapping[int, int] | None, count: int, sending: int = 0) -> bool:
+def own_first_copies_left(own_started: Mapping[int, int] | None, count: int) -> bool:
     """Whether a holder's own payload, once somebody asked for it (``own_started`` is not None), still has
-    pieces it never began to upload, or first copies on their way (``sending``: begun, their receiver
-    does not hold them yet). Nobody else can hold those yet, and a relay or a repeat begun beside the last
-    first copies shares the uplink they are leaving by: in the flow model of the testbed's mixed lines
-    (8 peers, 13 payload sizes, a quarter of the rates), counting only pieces never begun left the median
-    peer at 1.223x the bound, counting those on their way too at 1.203x."""
-    if own_started is None:
-        return False
-    return sending > 0 or sum(1 for n in own_started.values() if n > 0) < count
+    pieces it never began to upload: nobody else can hold those yet."""
+    return own_started is not None and sum(1 for n in own_started.values() if n > 0) < count
 
 
 def pick_to_serve(candidates: Iterable[int], have: Iterable[int], started: Mapping[int, int], *,

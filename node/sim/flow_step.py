@@ -52,8 +52,6 @@ class _Exchange:
         self.have: list[dict[int, set[int]]] = [{} for _ in range(n)]
         self.started: list[dict[int, dict[int, int]]] = [{} for _ in range(n)]
         self.uploading = [0] * n
-        # Per peer, own pieces whose first copy is on its way (swarm_pick.own_first_copies_left).
-        self.first_sending: list[set[int]] = [set() for _ in range(n)]
         self.sched: dict[tuple[int, int], PieceScheduler] = {}
         self.moving: dict[tuple[int, int, int], Transfer] = {}
         self.waking: set[tuple[int, int]] = set()
@@ -136,7 +134,6 @@ class _Exchange:
             if moving is not None:
                 self.net.cancel(moving)
                 self.uploading[moving.src] -= 1
-                self._first_copy_ended(moving.src, *cast(tuple[int, int, int], moving.tag)[:2])
                 self.waitlists[moving.src].finished(id(moving), now, complete=False)
                 self._slot_freed(moving.src)
             sched.request_failed(rid, now, Failure.LOST)
@@ -200,19 +197,7 @@ class _Exchange:
         return author != holder and self._own_left(holder)
 
     def _own_left(self, holder: int) -> bool:
-        return own_first_copies_left(self.started[holder].get(holder), piece_count(self.spec.payload_bytes),
-                                     len(self.first_sending[holder]))
-
-    def _first_copy_ended(self, holder: int, author: int, piece: int) -> None:
-        """An upload from ``holder`` ended (delivered or cancelled): if it was a first copy of its own, the
-        relays its first copies held back may resume."""
-        sending = self.first_sending[holder]
-        if author != holder or piece not in sending:
-            return
-        waited = self._own_left(holder)
-        sending.discard(piece)
-        if waited and not self._own_left(holder):
-            self._relays_resume(holder)
+        return own_first_copies_left(self.started[holder].get(holder), piece_count(self.spec.payload_bytes))
 
     def _offered(self, holder: int, author: int) -> frozenset[int]:
         """What a HAVE answer from ``holder`` tells of (pieces_serve.PiecesServer._offered)."""
@@ -259,8 +244,6 @@ class _Exchange:
         waitlist.served(str(fetcher))
         started = self.started[holder].setdefault(author, {})
         own_left = author == holder and self._own_left(holder)
-        if author == holder and not started.get(got):
-            self.first_sending[holder].add(got)
         started[got] = started.get(got, 0) + 1
         if own_left and not self._own_left(holder):
             self._relays_resume(holder)
@@ -303,7 +286,6 @@ class _Exchange:
         author, piece, rid = cast(tuple[int, int, int], transfer.tag)
         holder, fetcher = transfer.src, transfer.dst
         self.uploading[holder] -= 1
-        self._first_copy_ended(holder, author, piece)
         self.waitlists[holder].finished(id(transfer), self.net.now, complete=True)
         self._slot_freed(holder)
         self.moving.pop((fetcher, author, rid), None)

@@ -6,8 +6,10 @@ session does: a 2-byte length, then the body, here arriving in parts the way a s
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,9 +20,22 @@ from libp2p.io.exceptions import IncompleteReadError
 from libp2p.io.trio import TrioTCPStream
 from libp2p.network.connection.raw_connection import RawConnection
 from libp2p.security.noise import io as noise_io
-from tcp_support import tcp_pair
 
 pytestmark = pytest.mark.network
+
+
+@contextlib.asynccontextmanager
+async def tcp_pair() -> AsyncIterator[tuple[trio.SocketStream, trio.SocketStream]]:
+    """A connected pair of TCP streams on loopback, port chosen by the kernel."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    client = await trio.open_tcp_stream("127.0.0.1", port)
+    server = await listeners[0].accept()
+    try:
+        yield client, server
+    finally:
+        for s in (client, server, *listeners):
+            await s.aclose()
 
 
 def low_water(stream: trio.SocketStream) -> int:

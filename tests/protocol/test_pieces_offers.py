@@ -44,7 +44,7 @@ def test_a_relay_is_not_offered_while_own_first_copies_are_left() -> None:
 
 
 @pytest.mark.network
-def test_a_held_poll_is_answered_once_the_last_own_first_copy_went_out() -> None:
+def test_a_held_poll_is_answered_when_the_last_own_first_copy_starts() -> None:
     """With a ``have_wait`` longer than the test, only the holder's wake-up can answer the poll: it comes
     after the last own piece was asked for, never before, and tells of every piece of the other payload."""
 

@@ -262,9 +262,6 @@ def test_own_first_copies_come_before_relaying() -> None:
     assert own_first_copies_left({i: 1 for i in range(11)}, 12)
     assert own_first_copies_left({0: 0, 1: 3}, 2)  # a piece counted but never started
     assert not own_first_copies_left({i: 1 for i in range(12)}, 12)
-    # Every piece begun, one first copy not yet with its receiver: relays still wait.
-    assert own_first_copies_left({i: 1 for i in range(12)}, 12, sending=1)
-    assert not own_first_copies_left(None, 12, sending=1)
     # A relay request is declined while they wait, even on an idle uplink; what it does not hold stays
     # NOT_HELD (the fetcher drops us for that payload rather than retrying).
     assert pick_to_serve([3, 4], range(12), {}, uploading=0, slots=2, relay_waits=True) is Decline.BUSY
