@@ -166,6 +166,8 @@ def test_flow_validation_reads_a_file_that_gathers_several_runs(tmp_path: Path) 
     # One payload of 200 kB each way over a 5 Mbit/s uplink at TCP rate: the bound, and the model above it.
     assert got["bound_s"] == pytest.approx(200_000 / (5e6 / 8 * flow.EFFICIENCY), abs=1e-3)
     assert got["bound_s"] <= got["model_s"] <= 1.5 * got["bound_s"]
+    assert got["bound_s"] <= got["model_median_s"] <= got["model_s"]
+    assert got["error_median"] == round(got["model_median_s"] / 0.5 - 1, 3)
 
 
 @pytest.mark.parametrize("extra", [["--rate-scale", "0.5"], ["--pieces"], ["--pieces", "--rate-scale", "1"]])
