@@ -252,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="largest N simulated with every payload included")
     ap.add_argument("--k-max", type=int, default=128,
                     help="largest N simulated with a bound K (each configuration is run twice, the first "
-                         "for the rates the second starts from; K = 8 took about 3 minutes of one core at "
-                         "64 peers, 6 at 128, 12-14 at 256, 31-35 at 512, 141 at 1024 beside other work)")
+                         "for the rates the second starts from; K = 8 took about 2 minutes of one core at "
+                         "64 peers, 4 at 128, 8-9 at 256, 19-26 at 512, 53 at 1024 (home) beside other work)")
     ap.add_argument("--validate", type=Path, nargs="*", default=[],
                     help="testbed result files to check against (none: keep the validation in --out)")
     ap.add_argument("--merge", type=Path, nargs="*", default=[],
