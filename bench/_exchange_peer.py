@@ -188,7 +188,10 @@ async def _linger(host: P2PHost, resend: Resend) -> None:
 
 async def peer_main(peers: int, rounds: int, size: int, bootstrap: str | None, listen: str,
                     pieces: bool, turns: bool, time_scale: float) -> int:
-    cfg = HostConfig(listen_addrs=(listen,), px_interval=0.5, dial_timeout=20.0, px_timeout=10.0)
+    # Reads paced as long as at the profiles' rates (noise_reads.py): at a fraction of them, the same bytes
+    # take ``time_scale`` times longer to come in.
+    cfg = HostConfig(listen_addrs=(listen,), px_interval=0.5, dial_timeout=20.0, px_timeout=10.0,
+                     read_pace_max_wait=HostConfig.read_pace_max_wait * time_scale)
     xfer = TransferConfig(max_payload_bytes=max(size, 1), attempt_timeout=60.0)
     async with open_host(create_new_key_pair(), cfg) as host, open_gossip(host, RUN) as gossip:
         store = PayloadStore(RUN, window_steps=3)

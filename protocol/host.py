@@ -378,7 +378,7 @@ async def open_host(key_pair: KeyPair, config: HostConfig | None = None) -> Asyn
     """Run a host for the duration of the block; listening sockets are bound when it yields."""
     cfg = config or HostConfig()
     listen = [parse_multiaddr(a) for a in cfg.listen_addrs]
-    libp2p_host = build_libp2p_host(key_pair, listen)
+    libp2p_host = build_libp2p_host(key_pair, listen, cfg.read_pace_max_wait)
     host = P2PHost(libp2p_host, key_pair, cfg)
     host.set_handler(PX_PROTOCOL, host.discovery.serve)
     async with libp2p_host.run(listen_addrs=listen):

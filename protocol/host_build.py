@@ -24,9 +24,9 @@ from .pubsub_records import install_record_cache
 from .stream_select import OneWriteSelect
 
 
-def build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr]) -> IHost:
+def build_libp2p_host(key_pair: KeyPair, listen: list[Multiaddr], read_pace_max_wait: float) -> IHost:
     install_muxer_guard()
-    install_noise_reads()
+    install_noise_reads(read_pace_max_wait)
     install_record_cache()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     host = new_host(

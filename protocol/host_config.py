@@ -24,6 +24,10 @@ class HostConfig:
     # Distinct peer ids connected from one IP address (loopback exempt): protocol/address_limit.py. 0, no
     # limit, for hosts of tests and tools; the node passes network.max_peers_per_address.
     max_peers_per_address: int = 0
+    # At most how long the rest of a long Noise message may sit unread in the kernel, on a connection that
+    # delivers slowly, so that its segments are acknowledged together (protocol/noise_reads.py); 0: read at
+    # once. Process-wide: the last host opened sets it.
+    read_pace_max_wait: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.listen_addrs:
@@ -33,6 +37,8 @@ class HostConfig:
                 raise ValueError(f"HostConfig.{name} must be > 0")
         if self.px_interval < 0:
             raise ValueError("HostConfig.px_interval must be >= 0")
+        if not 0 <= self.read_pace_max_wait < 60:
+            raise ValueError("HostConfig.read_pace_max_wait must be in [0, 60) seconds")
         if self.max_peers_per_address < 0:
             raise ValueError("HostConfig.max_peers_per_address must be >= 0")
         for name in ("px_fanout", "max_peers", "dial_concurrency"):

@@ -1,4 +1,5 @@
-"""Noise messages read with the socket's low-water mark (protocol/noise_reads.py), over a real TCP pair.
+"""Noise messages read paced or with the socket's low-water mark (protocol/noise_reads.py), over a real TCP
+pair.
 
 The reader is py-libp2p's own packet reader with the body read changed, so these tests drive it as a Noise
 session does: a 2-byte length, then the body, here arriving in parts the way a shaped uplink delivers it.
@@ -15,7 +16,14 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from distro_node.protocol.noise_reads import LowWaterNoiseReader, install_noise_reads
+from distro_node.protocol.host_config import HostConfig
+from distro_node.protocol.noise_reads import (
+    PACE_FROM,
+    PACE_SHARE,
+    PacedNoiseReader,
+    install_noise_reads,
+    pace,
+)
 from libp2p.io.exceptions import IncompleteReadError
 from libp2p.io.trio import TrioTCPStream
 from libp2p.network.connection.raw_connection import RawConnection
@@ -42,8 +50,8 @@ def low_water(stream: trio.SocketStream) -> int:
     return int(stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT))
 
 
-def reader_of(stream: trio.SocketStream) -> LowWaterNoiseReader:
-    return LowWaterNoiseReader(RawConnection(TrioTCPStream(stream), initiator=False))
+def reader_of(stream: trio.SocketStream) -> PacedNoiseReader:
+    return PacedNoiseReader(RawConnection(TrioTCPStream(stream), initiator=False))
 
 
 async def read_while_sending(parts: list[bytes], expected_mark_after_first: int) -> bytes:
@@ -132,11 +140,94 @@ def test_a_connection_without_a_tcp_socket_reads_as_before() -> None:
     async def body() -> None:
         message = bytes(range(200)) * 100
         conn: Any = _NotTcp(struct.pack(">H", len(message)) + message)
-        assert await LowWaterNoiseReader(conn).read_msg() == message
+        assert await PacedNoiseReader(conn).read_msg() == message
 
     trio.run(body)
 
 
-def test_installing_makes_noise_sessions_build_this_reader() -> None:
-    install_noise_reads()
-    assert noise_io.NoisePacketReadWriter is LowWaterNoiseReader
+def test_installing_makes_noise_sessions_build_this_reader_with_its_wait() -> None:
+    try:
+        install_noise_reads(0.2)
+        assert noise_io.NoisePacketReadWriter is PacedNoiseReader
+        assert PacedNoiseReader.max_wait == 0.2
+        with pytest.raises(ValueError, match="max_wait must be in"):
+            install_noise_reads(-1.0)
+    finally:
+        install_noise_reads(HostConfig().read_pace_max_wait)
+    assert PacedNoiseReader.max_wait == HostConfig().read_pace_max_wait
+
+
+def test_pace_waits_a_share_of_the_rest_at_the_last_rate_capped_and_not_on_fast_or_new_connections() -> None:
+    assert pace(10_000, None, 0.05) is None  # no long message yet: the mark
+    assert pace(10_000, 1e-6, 0.0) is None  # pacing off: the mark
+    assert pace(10_000, 0.5 * PACE_FROM / 10_000, 0.05) is None  # due within PACE_FROM: the mark
+    assert pace(10_000, 4e-6, 0.05) == pytest.approx(PACE_SHARE * 10_000 * 4e-6)  # 2 Mbit/s-ish: a share
+    assert pace(60_000, 4e-5, 0.05) == 0.05  # slower still: the cap
+
+
+async def trickle(sender: trio.SocketStream, message: bytes, parts: int, gap: float) -> None:
+    """``message`` with its length prefix, in ``parts`` sends ``gap`` seconds apart (a slow line)."""
+    data = struct.pack(">H", len(message)) + message
+    step = -(-len(data) // parts)
+    for start in range(0, len(data), step):
+        await sender.send_all(data[start : start + step])
+        await trio.sleep(gap)
+
+
+def test_after_a_slow_message_the_next_is_read_paced_without_the_mark_and_whole() -> None:
+    async def body() -> None:
+        async with tcp_pair() as (sender, receiver):
+            reader = reader_of(receiver)
+            first, second = bytes(range(256)) * 80, bytes(reversed(range(256))) * 80  # 20,480 bytes each
+            marks: list[int] = []
+
+            async def watch_mark() -> None:
+                for _ in range(200):  # bounded: 200 looks, 5 ms apart
+                    marks.append(low_water(receiver))
+                    await trio.sleep(0.005)
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(trickle, sender, first, 8, 0.03)
+                    assert await reader.read_msg() == first  # the connection's first: with the mark
+                rate = reader._seconds_per_byte
+                assert rate is not None and rate > 0.1 / len(first)  # ~0.2 s for 20 KB: a slow line
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(trickle, sender, second, 8, 0.03)
+                    nursery.start_soon(watch_mark)
+                    assert await reader.read_msg() == second
+                    nursery.cancel_scope.cancel()
+            assert marks and set(marks) == {1}  # paced: the mark never set while it waited
+            assert low_water(receiver) == 1
+
+    trio.run(body)
+
+
+def test_with_pacing_off_the_next_slow_message_waits_with_the_mark() -> None:
+    async def body() -> None:
+        async with tcp_pair() as (sender, receiver):
+            reader = reader_of(receiver)
+            message = bytes(20_000)
+            try:
+                PacedNoiseReader.max_wait = 0.0
+                with trio.fail_after(10):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(trickle, sender, message, 4, 0.03)
+                        assert await reader.read_msg() == message
+                    parts = [struct.pack(">H", len(message)) + message[:1000], message[1000:]]
+                    async with trio.open_nursery() as nursery:
+                        got: list[bytes] = []
+
+                        async def read() -> None:
+                            got.append(await reader.read_msg())
+
+                        nursery.start_soon(read)
+                        await sender.send_all(parts[0])
+                        await trio.testing.wait_all_tasks_blocked()
+                        assert low_water(receiver) == len(message) - 1000
+                        await sender.send_all(parts[1])
+                    assert got == [message]
+            finally:
+                PacedNoiseReader.max_wait = HostConfig().read_pace_max_wait
+
+    trio.run(body)
