@@ -286,17 +286,21 @@ class Network:
         return _tbf_counters(self.hub, f"p{i}")
 
     def measure(self, srcs: Sequence[int], dst: int, seconds: float = 4.0,
-                connect_timeout: float = 10.0) -> dict[str, float]:
+                connect_timeout: float = 10.0, paced: float | None = None) -> dict[str, float]:
         """Bulk TCP from each peer in ``srcs`` to ``dst`` at once (node/testbed/probe.py); the receiver's
         total rate. One source measures min(its upload, dst's download); several measure dst's download.
-        NetnsError if a sender cannot connect within ``connect_timeout`` (a cut or partitioned link)."""
+        ``paced``: the receivers read as the daemon does, pacing for at most that many seconds (None: as
+        fast as the bytes come). NetnsError if a sender cannot connect within ``connect_timeout`` (a cut or
+        partitioned link)."""
         probe = [sys.executable, "-m", "distro_node.node.testbed.probe"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         procs: list[subprocess.Popen[str] | subprocess.Popen[bytes]] = []
         try:
             receivers: list[subprocess.Popen[str]] = []
+            recv = ["recv", self.address(dst)] if paced is None else [
+                "recv-paced", self.address(dst), str(paced)]
             for _ in srcs:
-                receivers.append(subprocess.Popen([*self.exec_prefix(dst), *probe, "recv", self.address(dst)],
+                receivers.append(subprocess.Popen([*self.exec_prefix(dst), *probe, *recv],
                                                   stdout=subprocess.PIPE, text=True, env=env))
                 procs.append(receivers[-1])
             ports = [json.loads(_readline(r, 30.0))["port"] for r in receivers]
