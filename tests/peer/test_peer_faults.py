@@ -4,9 +4,10 @@ test_peer_join.py)."""
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
+from distro_node.node.peer.leaving import GOODBYE_DRAIN
+from distro_node.node.peer.options import PeerOptions
 from peer_procs import PeerProc, Procs, assert_identical, leader
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
@@ -76,12 +77,17 @@ def test_graceful_leave_next_round_does_not_wait(procs: Procs) -> None:
     peers = procs.swarm(4, RUN, ["--steps", "60"])
     leaver = peers[2]
     leaver.wait_step(8, 60)
-    sent = time.monotonic()
     leaver.signal(signal.SIGTERM)
-    assert leaver.wait_exit(10) == 0
-    assert time.monotonic() - sent < 10
+    # The leaver's own bounds: its round closes within leave_budget, its goodbye drains within GOODBYE_DRAIN,
+    # and it serves the others for at most linger_max more. Checked on its own clock (the events' ``t``):
+    # the exit as the test sees it also has the process's start of shutdown and teardown in it, which a
+    # busy machine stretches (10 s was too few beside two other processes).
+    opts = PeerOptions()
+    assert leaver.wait_exit(opts.leave_budget + GOODBYE_DRAIN + opts.linger_max) == 0
+    stopping = leaver.wait_for(lambda e: e.get("event") == "stopping", 1, "stopping")
     event = leaver.wait_for(lambda e: e.get("event") == "left", 1, "left")
     assert event["sent"] is True, event
+    assert event["t"] - stopping["t"] <= opts.leave_budget + GOODBYE_DRAIN + 2.0, (stopping, event)
     left = event["step"]
     survivors = [p for p in peers if p is not leaver]
     for p in survivors:
