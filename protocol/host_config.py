@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+READ_PACE_WAIT_LIMIT = 60.0  # seconds: a paced read's wait beyond this is a mistake, not a setting
+
 
 @dataclass(frozen=True)
 class HostConfig:
@@ -37,8 +39,9 @@ class HostConfig:
                 raise ValueError(f"HostConfig.{name} must be > 0")
         if self.px_interval < 0:
             raise ValueError("HostConfig.px_interval must be >= 0")
-        if not 0 <= self.read_pace_max_wait < 60:
-            raise ValueError("HostConfig.read_pace_max_wait must be in [0, 60) seconds")
+        if not 0 <= self.read_pace_max_wait < READ_PACE_WAIT_LIMIT:
+            raise ValueError(f"HostConfig.read_pace_max_wait must be in [0, {READ_PACE_WAIT_LIMIT:g}) "
+                             "seconds")
         if self.max_peers_per_address < 0:
             raise ValueError("HostConfig.max_peers_per_address must be >= 0")
         for name in ("px_fanout", "max_peers", "dial_concurrency"):

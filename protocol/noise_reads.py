@@ -41,7 +41,7 @@ from libp2p.io.exceptions import IncompleteReadError
 from libp2p.io.utils import read_exactly
 from libp2p.security.noise import io as noise_io
 
-from .host_config import HostConfig
+from .host_config import READ_PACE_WAIT_LIMIT, HostConfig
 
 # Below this the message is read as before: a request or a reply header is one segment anyway.
 _LOW_WATER_FROM = 4 * 1024
@@ -113,7 +113,8 @@ def install_noise_reads(max_wait: float) -> None:
 
     A rebinding, as for the muxer (muxer_guard.py): ``BaseNoiseMsgReadWriter`` builds its packet reader by
     the module name ``NoisePacketReadWriter``."""
-    if not 0 <= max_wait < 60:
-        raise ValueError(f"install_noise_reads: max_wait must be in [0, 60) seconds, got {max_wait}")
+    if not 0 <= max_wait < READ_PACE_WAIT_LIMIT:
+        raise ValueError(f"install_noise_reads: max_wait must be in [0, {READ_PACE_WAIT_LIMIT:g}) seconds, "
+                         f"got {max_wait}")
     PacedNoiseReader.max_wait = max_wait
     setattr(noise_io, "NoisePacketReadWriter", PacedNoiseReader)  # noqa: B010 (rebinding, see above)

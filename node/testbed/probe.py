@@ -29,6 +29,24 @@ IDLE_TIMEOUT_S = 30.0
 MAX_MESSAGES = 1 << 20  # a paced receiver's bound: 64 GiB, far beyond any probe's run
 
 
+class _Tally:
+    """Bytes received, over the time from the first to the last of them (set-up not counted)."""
+
+    def __init__(self) -> None:
+        self.total, self.first, self.last = 0, 0.0, 0.0
+
+    def add(self, n: int) -> None:
+        self.last = time.perf_counter()
+        if self.total == 0:
+            self.first = self.last
+        self.total += n
+
+    def result(self) -> dict[str, float]:
+        seconds = max(self.last - self.first, 1e-9)
+        return {"bytes": self.total, "seconds": round(seconds, 4),
+                "mbit": round(self.total * 8 / seconds / 1e6, 3)}
+
+
 def receive(host: str) -> dict[str, float]:
     with socket.create_server((host, 0)) as server:
         print(json.dumps({"port": server.getsockname()[1]}), flush=True)
@@ -36,15 +54,11 @@ def receive(host: str) -> dict[str, float]:
         conn, _ = server.accept()
     with conn:
         conn.settimeout(IDLE_TIMEOUT_S)
-        total, first, last = 0, 0.0, 0.0
+        tally = _Tally()
         buf = bytearray(CHUNK)
         while n := conn.recv_into(buf):
-            last = time.perf_counter()
-            if total == 0:
-                first = last
-            total += n
-    seconds = max(last - first, 1e-9)
-    return {"bytes": total, "seconds": round(seconds, 4), "mbit": round(total * 8 / seconds / 1e6, 3)}
+            tally.add(n)
+    return tally.result()
 
 
 def receive_paced(host: str, max_wait: float) -> dict[str, float]:
@@ -62,22 +76,18 @@ def receive_paced(host: str, max_wait: float) -> dict[str, float]:
         with trio.fail_after(ACCEPT_TIMEOUT_S):
             stream = await listeners[0].accept()
         reader = PacedNoiseReader(RawConnection(TrioTCPStream(stream), initiator=False))
-        total, first, last = 0, 0.0, 0.0
+        tally = _Tally()
         for _ in range(MAX_MESSAGES):
             try:
                 with trio.fail_after(IDLE_TIMEOUT_S):
                     message = await reader.read_msg()
             except IncompleteReadError:
                 break  # the sender is done (it stops at a message's end)
-            last = time.perf_counter()
-            if total == 0:
-                first = last
-            total += len(message) + 2
+            tally.add(len(message) + 2)
         await stream.aclose()
         for listener in listeners:
             await listener.aclose()
-        seconds = max(last - first, 1e-9)
-        return {"bytes": total, "seconds": round(seconds, 4), "mbit": round(total * 8 / seconds / 1e6, 3)}
+        return tally.result()
 
     return trio.run(run)
 

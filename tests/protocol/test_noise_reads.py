@@ -54,9 +54,29 @@ def reader_of(stream: trio.SocketStream) -> PacedNoiseReader:
     return PacedNoiseReader(RawConnection(TrioTCPStream(stream), initiator=False))
 
 
-async def read_while_sending(parts: list[bytes], expected_mark_after_first: int) -> bytes:
+async def trickle(sender: trio.SocketStream, message: bytes, parts: int, gap: float) -> None:
+    """``message`` with its length prefix, in ``parts`` sends ``gap`` seconds apart (a slow line)."""
+    data = struct.pack(">H", len(message)) + message
+    step = -(-len(data) // parts)
+    for start in range(0, len(data), step):
+        await sender.send_all(data[start : start + step])
+        await trio.sleep(gap)
+
+
+async def read_slow_message(sender: trio.SocketStream, reader: PacedNoiseReader, message: bytes,
+                            parts: int) -> None:
+    """Have ``reader`` read ``message`` trickled in ``parts`` 30 ms apart: the connection's rate is then a
+    slow line's."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trickle, sender, message, parts, 0.03)
+        assert await reader.read_msg() == message
+
+
+async def read_while_sending(parts: list[bytes], expected_mark_after_first: int,
+                             slow_first: bytes | None = None) -> bytes:
     """Send ``parts`` one by one to a reader that is waiting for the message; after the first part, check
-    the mark the waiting reader left on its socket. Returns what the reader read."""
+    the mark the waiting reader left on its socket. Returns what the reader read. ``slow_first``: a message
+    the reader reads first, trickled in 4 parts (read_slow_message)."""
     async with tcp_pair() as (sender, receiver):
         reader = reader_of(receiver)
         got: list[bytes] = []
@@ -65,6 +85,8 @@ async def read_while_sending(parts: list[bytes], expected_mark_after_first: int)
             got.append(await reader.read_msg())
 
         with trio.fail_after(10):
+            if slow_first is not None:
+                await read_slow_message(sender, reader, slow_first, 4)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(read)
                 await sender.send_all(parts[0])
@@ -165,15 +187,6 @@ def test_pace_waits_a_share_of_the_rest_at_the_last_rate_capped_and_not_on_fast_
     assert pace(60_000, 4e-5, 0.05) == 0.05  # slower still: the cap
 
 
-async def trickle(sender: trio.SocketStream, message: bytes, parts: int, gap: float) -> None:
-    """``message`` with its length prefix, in ``parts`` sends ``gap`` seconds apart (a slow line)."""
-    data = struct.pack(">H", len(message)) + message
-    step = -(-len(data) // parts)
-    for start in range(0, len(data), step):
-        await sender.send_all(data[start : start + step])
-        await trio.sleep(gap)
-
-
 def test_after_a_slow_message_the_next_is_read_paced_without_the_mark_and_whole() -> None:
     async def body() -> None:
         async with tcp_pair() as (sender, receiver):
@@ -187,9 +200,7 @@ def test_after_a_slow_message_the_next_is_read_paced_without_the_mark_and_whole(
                     await trio.sleep(0.005)
 
             with trio.fail_after(10):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(trickle, sender, first, 8, 0.03)
-                    assert await reader.read_msg() == first  # the connection's first: with the mark
+                await read_slow_message(sender, reader, first, 8)  # the connection's first: with the mark
                 rate = reader._seconds_per_byte
                 assert rate is not None and rate > 0.1 / len(first)  # ~0.2 s for 20 KB: a slow line
                 async with trio.open_nursery() as nursery:
@@ -204,30 +215,10 @@ def test_after_a_slow_message_the_next_is_read_paced_without_the_mark_and_whole(
 
 
 def test_with_pacing_off_the_next_slow_message_waits_with_the_mark() -> None:
-    async def body() -> None:
-        async with tcp_pair() as (sender, receiver):
-            reader = reader_of(receiver)
-            message = bytes(20_000)
-            try:
-                PacedNoiseReader.max_wait = 0.0
-                with trio.fail_after(10):
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(trickle, sender, message, 4, 0.03)
-                        assert await reader.read_msg() == message
-                    parts = [struct.pack(">H", len(message)) + message[:1000], message[1000:]]
-                    async with trio.open_nursery() as nursery:
-                        got: list[bytes] = []
-
-                        async def read() -> None:
-                            got.append(await reader.read_msg())
-
-                        nursery.start_soon(read)
-                        await sender.send_all(parts[0])
-                        await trio.testing.wait_all_tasks_blocked()
-                        assert low_water(receiver) == len(message) - 1000
-                        await sender.send_all(parts[1])
-                    assert got == [message]
-            finally:
-                PacedNoiseReader.max_wait = HostConfig().read_pace_max_wait
-
-    trio.run(body)
+    message = bytes(20_000)
+    parts = [struct.pack(">H", len(message)) + message[:1000], message[1000:]]
+    try:
+        PacedNoiseReader.max_wait = 0.0
+        assert trio.run(read_while_sending, parts, len(message) - 1000, message) == message
+    finally:
+        PacedNoiseReader.max_wait = HostConfig().read_pace_max_wait
