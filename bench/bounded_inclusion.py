@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -24,7 +25,7 @@ from _common import RESULTS_DIR, write_json
 from distro_node.node.sim.experiment import ExperimentConfig, run_experiment
 
 
-def _config(k: int, args: argparse.Namespace) -> ExperimentConfig:
+def _config(k: int, seed: int, args: argparse.Namespace) -> ExperimentConfig:
     warmup = max(args.steps // 10, 1)
     schedule = {"kind": "cosine", "lr": args.lr, "warmup_steps": warmup, "total_steps": args.steps}
     settings: dict[str, Any] = {"schedule": schedule}
@@ -34,19 +35,49 @@ def _config(k: int, args: argparse.Namespace) -> ExperimentConfig:
         settings["topk"] = args.topk
     return ExperimentConfig(
         preset=args.preset, strategy="distro", settings=settings, peers=args.peers, steps=args.steps,
-        batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, eval_batches=args.eval_batches,
+        batch_size=args.batch_size, seq_len=args.seq_len, seed=seed, eval_batches=args.eval_batches,
         eval_every=max(args.steps // 10, 1), exclusion=False, max_included=k, device=args.device,
     )
 
 
-def _run(job: tuple[int, argparse.Namespace]) -> dict[str, Any]:
-    k, args = job
+def _run(job: tuple[int, int, argparse.Namespace]) -> dict[str, Any]:
+    k, seed, args = job
     torch.set_num_threads(args.threads)
-    result = run_experiment(_config(k, args)).to_dict()
+    result = run_experiment(_config(k, seed, args)).to_dict()
     result["history"] = [h for h in result["history"] if "eval_loss" in h]  # keep the JSON readable
-    print(f"  K={k or 'all'}: eval {result['final_eval_loss']:.4f}, gap {result['max_inclusion_gap']}, "
-          f"fetched {result['fetched_bytes_per_step']:.0f} B/step ({result['seconds']:.0f} s)", flush=True)
+    print(f"  K={k or 'all'}, seed {seed}: eval {result['final_eval_loss']:.4f}, "
+          f"gap {result['max_inclusion_gap']}, fetched {result['fetched_bytes_per_step']:.0f} B/step "
+          f"({result['seconds']:.0f} s)", flush=True)
     return result
+
+
+def _summary(k: int, runs: list[dict[str, Any]], ref: list[dict[str, Any]], peers: int) -> dict[str, Any]:
+    """One K over its seeds: the losses' mean against K = all's mean, the worst gap, the mean bytes."""
+    losses = [r["final_eval_loss"] for r in runs]
+    ratio = statistics.fmean(losses) / statistics.fmean(r["final_eval_loss"] for r in ref)
+    payload = statistics.fmean(r["payload_bytes_per_step"] for r in runs)
+    fetched = statistics.fmean(r["fetched_bytes_per_step"] for r in runs)
+    gap = max(r["max_inclusion_gap"] for r in runs)
+    bound = math.ceil(peers / k) + 1 if k else 1
+    budget = 1.5 * min(k or peers, peers) * payload
+    return {
+        "final_eval_loss": statistics.fmean(losses),
+        "final_eval_loss_per_seed": losses,
+        "loss_ratio_vs_all": ratio,
+        "loss_ratio_per_seed": [a / r["final_eval_loss"] for a, r in zip(losses, ref, strict=True)],
+        "max_inclusion_gap": gap,
+        "gap_bound": bound,
+        "payload_bytes_per_step": payload,
+        "fetched_bytes_per_step": fetched,
+        "fetched_over_k_payloads": fetched / (budget / 1.5),
+        "fetched_vs_all": fetched / statistics.fmean(r["fetched_bytes_per_step"] for r in ref),
+        "replicas_identical": all(r["replicas_identical"] for r in runs),
+        "acceptance": {
+            "loss_ratio_le_1_02": ratio <= 1.02,
+            "gap_le_ceil_n_over_k_plus_1": gap <= bound,
+            "fetched_le_1_5_k_payload": fetched <= budget,
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topk", type=int, default=0,
                         help="DisTrO coefficients kept per chunk (default 0: the strategy's own default)")
     parser.add_argument("--overlapped", action="store_true", help="DisTrO's overlapped order")
-    parser.add_argument("--seed", type=int, default=0, help="model init and run seed (default 0)")
+    parser.add_argument("--seeds", default="0",
+                        help="model init and run seeds, each run at every K; the ratio is of the means over "
+                             "them, as one seed's loss at K = all varies by more than the 2%% asked "
+                             "(default 0)")
     parser.add_argument("--eval-batches", type=int, default=16, help="held-out batches (default 16)")
     parser.add_argument("--workers", type=int, default=2, help="parallel runs (default 2: one per core)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
@@ -74,38 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         ks = [int(k) for k in args.ks.split(",")]
+        seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:
-        parser.error(f"--ks: expected integers, got {args.ks!r}")
+        parser.error(f"--ks, --seeds: expected integers, got {args.ks!r}, {args.seeds!r}")
     if 0 not in ks:
         ks = [0, *ks]  # the reference every ratio is taken against
     start = time.perf_counter()
-    print(f"{args.peers} peers, preset {args.preset}, {args.steps} steps, K in {ks}", flush=True)
+    print(f"{args.peers} peers, preset {args.preset}, {args.steps} steps, K in {ks}, seeds {seeds}",
+          flush=True)
+    jobs = [(k, seed, args) for seed in seeds for k in ks]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        runs = dict(zip(ks, pool.map(_run, [(k, args) for k in ks]), strict=True))
-    ref = runs[0]
-    summary: dict[str, Any] = {}
-    for k, r in runs.items():
-        payload = r["payload_bytes_per_step"]
-        bound = math.ceil(args.peers / k) + 1 if k else 1
-        budget = 1.5 * min(k or args.peers, args.peers) * payload
-        summary[str(k)] = {
-            "final_eval_loss": r["final_eval_loss"],
-            "loss_ratio_vs_all": r["final_eval_loss"] / ref["final_eval_loss"],
-            "max_inclusion_gap": r["max_inclusion_gap"],
-            "gap_bound": bound,
-            "payload_bytes_per_step": payload,
-            "fetched_bytes_per_step": r["fetched_bytes_per_step"],
-            "fetched_over_k_payloads": r["fetched_bytes_per_step"] / (budget / 1.5),
-            "fetched_vs_all": r["fetched_bytes_per_step"] / ref["fetched_bytes_per_step"],
-            "replicas_identical": r["replicas_identical"],
-            "acceptance": {
-                "loss_ratio_le_1_02": r["final_eval_loss"] / ref["final_eval_loss"] <= 1.02,
-                "gap_le_ceil_n_over_k_plus_1": r["max_inclusion_gap"] <= bound,
-                "fetched_le_1_5_k_payload": r["fetched_bytes_per_step"] <= budget,
-            },
-        }
-    doc = {"settings": {**vars(args), "out": str(args.out)}, "summary": summary,
-           "runs": [runs[k] for k in ks], "seconds": time.perf_counter() - start}
+        results = list(pool.map(_run, jobs))
+    runs = {k: [r for (kk, _, _), r in zip(jobs, results, strict=True) if kk == k] for k in ks}
+    summary = {str(k): _summary(k, rs, runs[0], args.peers) for k, rs in runs.items()}
+    doc = {"settings": {**vars(args), "out": str(args.out)}, "summary": summary, "runs": results,
+           "seconds": time.perf_counter() - start}
     path = write_json(args.out, doc)
     print(f"{'K':>4}  {'eval loss':>9}  {'vs all':>7}  {'gap':>3}/{'bound':<5}  {'fetched B/step':>14}  "
           f"{'/K payloads':>11}")

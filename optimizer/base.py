@@ -39,8 +39,10 @@ class Strategy(ABC):
     def withheld(self, step: int) -> None:  # noqa: B027 - optional hook
         """Our payload of ``step`` was left out of the step's decided list; called before ``apply(step)``.
 
-        Strategies with error feedback subtracted what they sent when they sent it; they add it back here
-        so a peer that was late, warming or not picked keeps that step's information (DisTrO does)."""
+        Strategies with error feedback subtracted what they sent when they sent it; they take back here what
+        the swarm did not apply, so a peer that was late, warming or not picked keeps that step's information
+        (DisTrO also clears what the others' payloads applied in its momentum's direction; CocktailSGD keeps
+        all it sent)."""
 
     @abstractmethod
     def spec(self) -> PayloadSpec:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from bench_import import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,11 +105,15 @@ def test_bounded_inclusion_bench_reports_the_acceptance_figures(tmp_path: Path) 
     out = tmp_path / "bounded_inclusion.json"
     cmd = [sys.executable, str(ROOT / "bench" / "bounded_inclusion.py"), "--ks", "1", "--peers", "4",
            "--steps", "2", "--batch-size", "2", "--seq-len", "16", "--eval-batches", "1", "--workers", "1",
-           "--out", str(out)]
+           "--seeds", "0,1", "--out", str(out)]
     subprocess.run(cmd, check=True, timeout=180, capture_output=True)
-    summary = json.loads(out.read_text())["summary"]
-    assert set(summary) == {"0", "1"}
+    doc = json.loads(out.read_text())
+    summary = doc["summary"]
+    assert set(summary) == {"0", "1"} and len(doc["runs"]) == 4  # every K at every seed
     assert summary["0"]["loss_ratio_vs_all"] == 1.0 and summary["0"]["max_inclusion_gap"] == 1
+    assert summary["0"]["loss_ratio_per_seed"] == [1.0, 1.0]
+    losses = summary["1"]["final_eval_loss_per_seed"]
+    assert len(losses) == 2 and summary["1"]["final_eval_loss"] == pytest.approx(sum(losses) / 2)
     row = summary["1"]  # fetches K + 2 = 3 of the 4 payloads
     assert row["gap_bound"] == 5 and row["max_inclusion_gap"] <= 5 and row["replicas_identical"]
     assert row["fetched_vs_all"] < 1.0 and set(row["acceptance"]) == {
