@@ -4,7 +4,8 @@ Answers: does compressing (prepare) and aggregating eight peers' payloads (apply
 gradient computation itself? Same model, same batch, one process; medians over repeats. prepare and apply
 cost the same whatever the batch, while forward and backward grow with the tokens per step, so the ratio is
 reported for several batch sizes (the report's runs used ~131k tokens per GPU per step).
-Writes bench/results/overhead.json.
+Also times the apply of a peer that a bounded list left out (it clears what the others applied from its
+momentum: optimizer/distro.py, ``withheld``). Writes bench/results/overhead.json.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def measure(preset_name: str, peers: int, batch: int, repeats: int, threads: int
     prepare_s: list[float] = []
     codec_s: list[float] = []
     apply_s: list[float] = []
+    left_out_s: list[float] = []
     for step in range(repeats):
         blobs = {}
         t0 = time.perf_counter()
@@ -78,7 +80,13 @@ def measure(preset_name: str, peers: int, batch: int, repeats: int, threads: int
         t0 = time.perf_counter()
         strategies[0].apply(step, decoded)
         apply_s.append(time.perf_counter() - t0)
-        for s in strategies[1:]:
+        # Peer 1 is left out of this step's list: told first, it also clears what the others applied.
+        others = {pid: p for pid, p in decoded.items() if pid != "p1"}
+        t0 = time.perf_counter()
+        strategies[1].withheld(step)
+        strategies[1].apply(step, others)
+        left_out_s.append(time.perf_counter() - t0)
+        for s in strategies[2:]:
             s.apply(step, decoded)
     prep, app, dec = statistics.median(prepare_s), statistics.median(apply_s), statistics.median(codec_s)
     n = param_count(cfg)
@@ -93,6 +101,7 @@ def measure(preset_name: str, peers: int, batch: int, repeats: int, threads: int
         "forward_backward_s": fwd_bwd_s,
         "prepare_s": prep,
         "apply_s": app,
+        "apply_left_out_s": statistics.median(left_out_s),  # peers - 1 payloads, none of them its own
         "decode_all_payloads_s": dec,
         "prepare_plus_apply_s": prep + app,
         "prepare_plus_apply_fraction": (prep + app) / fwd_bwd_s,
@@ -129,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['preset']:>6} batch {r['batch'][0]:>3}x{r['batch'][1]}: "
             f"fwd+bwd {r['forward_backward_s'] * 1e3:.1f} ms, "
             f"prepare {r['prepare_s'] * 1e3:.1f} ms, apply({r['peers']}) {r['apply_s'] * 1e3:.1f} ms "
+            f"(left out {r['apply_left_out_s'] * 1e3:.1f} ms) "
             f"-> {pct:.1f}% (target <= 10%); decode {r['decode_all_payloads_s'] * 1e3:.1f} ms; "
             f"compress {r['compress_params_per_s'] / 1e6:.1f} M params/s"
         )

@@ -37,6 +37,7 @@ def test_overhead_bench_writes_its_json(tmp_path: Path) -> None:
         "forward_backward_s",
         "prepare_s",
         "apply_s",
+        "apply_left_out_s",
         "prepare_plus_apply_fraction",
         "compress_params_per_s",
         "tokens_per_peer_step",

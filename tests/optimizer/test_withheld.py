@@ -11,10 +11,12 @@ payload, in both orders (in the overlapped order counting the feedback still pen
 
 from __future__ import annotations
 
+import pytest
 import torch
 from distro_node.compression.dct import to_chunks
 from distro_node.compression.payload import Payload, SparseTensor
 from distro_node.optimizer import CocktailConfig, CocktailSGD, DisTrO, DistroConfig, ScheduleConfig
+from distro_node.optimizer.aggregate import Aggregator, entries_for
 from distro_node.optimizer.topk import densify
 from optimizer_support import Toy
 
@@ -64,6 +66,14 @@ def _aggregate(strategy: DisTrO, payload: Payload) -> dict[str, torch.Tensor]:
     return {n: densify(e, strategy._layouts[n].chunk_numel) for n, e in payload.tensors.items()}
 
 
+def _combined(strategy: DisTrO, payloads: dict[str, Payload]) -> dict[str, torch.Tensor]:
+    """The aggregate ``apply`` computes, per tensor: the mean over the peers that selected a coefficient."""
+    return {
+        spec.name: Aggregator().combine(spec, entries_for(spec.name, payloads), torch.device("cpu"))
+        for spec in strategy._specs
+    }
+
+
 def _assert_settled(
     strategy: DisTrO, before: dict[str, torch.Tensor], applied: dict[str, torch.Tensor]
 ) -> int:
@@ -105,15 +115,22 @@ def test_left_out_peer_whose_selection_the_swarm_applied_ends_as_if_included() -
     assert _close(sb._delta, sa._delta)
 
 
-def test_left_out_peer_clears_each_coefficient_the_swarm_moved_its_way() -> None:
-    mine, theirs = Toy(), Toy()
-    strategy, other = DisTrO(mine, _cfg(overlapped=False)), DisTrO(theirs, _cfg(overlapped=False))
+@pytest.mark.parametrize("others", [1, 3])
+def test_left_out_peer_clears_each_coefficient_the_swarm_moved_its_way(others: int) -> None:
+    """Against one other payload, and against three whose mean (over the peers that sent a coefficient) is
+    what was applied."""
+    mine = Toy()
+    strategy = DisTrO(mine, _cfg(overlapped=False))
     g0 = _grads(mine, 1)
-    _grads(theirs, 2)
-    sent, payload = strategy.prepare(0), other.prepare(0)
+    sent = strategy.prepare(0)
+    payloads = {}
+    for i in range(others):
+        theirs = Toy()
+        _grads(theirs, 2 + i)
+        payloads[f"peer-{i}"] = DisTrO(theirs, _cfg(overlapped=False)).prepare(0)
     strategy.withheld(0)
-    strategy.apply(0, _other(payload))
-    applied = _aggregate(strategy, payload)
+    strategy.apply(0, payloads)
+    applied = _combined(strategy, payloads)
     before = {n: LR * g for n, g in g0.items()}
     cleared = _assert_settled(strategy, before, applied)
     own, selected = _own(strategy, before), _aggregate(strategy, sent)
