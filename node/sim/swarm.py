@@ -279,7 +279,7 @@ class SimulatedSwarm:
         device = next(self.peers[0].model.parameters()).device
         payloads = {peer_id: p.to(device) for peer_id, p in payloads.items()}
         for peer in self.peers:
-            if peer.peer_id not in payloads:  # left out: it keeps what it sent (optimizer/base.py)
+            if peer.peer_id not in payloads:  # left out: it keeps what was not applied (optimizer/base.py)
                 peer.strategy.withheld(step)
             peer.strategy.apply(step, payloads)
 
