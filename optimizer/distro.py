@@ -168,10 +168,7 @@ class DisTrO(Strategy):
         record = self._sent.pop(step, None)
         if record is None:
             return
-        selection, prepared_at = record
-        pending = self._pending_step == step  # overlapped, not yet subtracted
-        scale = 1.0 if pending else self.config.beta ** (self._prepares - prepared_at)
-        self._withheld = _Withheld(step, selection, scale, pending)
+        self._withheld = _Withheld(step, *record)
 
     def _settle_withheld(self, applied: Mapping[str, torch.Tensor] | None) -> None:
         """Settle a withheld selection once its step's aggregate is known (``applied``; None: nothing was).
@@ -183,11 +180,14 @@ class DisTrO(Strategy):
         withheld, self._withheld = self._withheld, None
         if withheld is None:
             return
+        # No prepare runs between withheld and this (prepare settles first), so these still hold.
+        pending = self._pending_step == withheld.step  # overlapped, not yet subtracted
+        scale = self.config.beta ** (self._prepares - withheld.prepared_at)
         for name, sent in withheld.selection.items():
-            if withheld.pending:
+            if pending:
                 self._pending.pop(name, None)
             else:
-                self._add_selection(name, sent, withheld.scale)
+                self._add_selection(name, sent, scale)
             coeffs = None if applied is None else applied.get(name)
             if coeffs is not None:
                 self._clear_applied(name, coeffs)
@@ -346,8 +346,7 @@ class _Withheld:
 
     step: int
     selection: dict[str, SparseTensor]
-    scale: float  # beta per prepare that decayed it since it was subtracted
-    pending: bool  # overlapped and not yet subtracted: its feedback is still in ``_pending``
+    prepared_at: int  # prepares done when it was made: beta decayed it once per prepare since
 
 
 def _copy(entry: SparseTensor) -> SparseTensor:

@@ -61,13 +61,9 @@ def _own(strategy: DisTrO, delta: dict[str, torch.Tensor]) -> dict[str, torch.Te
     return out
 
 
-def _aggregate(strategy: DisTrO, payload: Payload) -> dict[str, torch.Tensor]:
-    """One peer's payload is the whole aggregate: per coefficient, its value (codec fp32: as sent)."""
-    return {n: densify(e, strategy._layouts[n].chunk_numel) for n, e in payload.tensors.items()}
-
-
-def _combined(strategy: DisTrO, payloads: dict[str, Payload]) -> dict[str, torch.Tensor]:
-    """The aggregate ``apply`` computes, per tensor: the mean over the peers that selected a coefficient."""
+def _aggregate(strategy: DisTrO, payloads: dict[str, Payload]) -> dict[str, torch.Tensor]:
+    """The aggregate ``apply`` computes, per tensor: the mean over the peers that selected a coefficient (of
+    one payload, its values as sent: codec fp32)."""
     return {
         spec.name: Aggregator().combine(spec, entries_for(spec.name, payloads), torch.device("cpu"))
         for spec in strategy._specs
@@ -130,10 +126,10 @@ def test_left_out_peer_clears_each_coefficient_the_swarm_moved_its_way(others: i
         payloads[f"peer-{i}"] = DisTrO(theirs, _cfg(overlapped=False)).prepare(0)
     strategy.withheld(0)
     strategy.apply(0, payloads)
-    applied = _combined(strategy, payloads)
+    applied = _aggregate(strategy, payloads)
     before = {n: LR * g for n, g in g0.items()}
     cleared = _assert_settled(strategy, before, applied)
-    own, selected = _own(strategy, before), _aggregate(strategy, sent)
+    own, selected = _own(strategy, before), _aggregate(strategy, {"me": sent})
     agree = sum(int(((applied[n] * own[n] > 0) & (selected[n] == 0)).sum()) for n in own)
     disagree = sum(int((applied[n] * own[n] < 0).sum()) for n in own)
     assert agree > 0 and disagree > 0 and cleared >= agree  # both cases, beyond our own selection, occur
@@ -177,7 +173,7 @@ def test_overlapped_withheld_after_the_next_prepare_restores_beta_times_the_sele
     # Step 1's own selection is still pending (subtracted at prepare(2)); step 0's is back at beta times
     # itself, and only what the aggregate moved our way is cleared.
     restored = {n: BETA * LR * g0[n] + LR * g1[n] for n in g0}
-    _assert_settled(strategy, restored, _aggregate(strategy, _negated(sent1)))
+    _assert_settled(strategy, restored, _aggregate(strategy, _other(_negated(sent1))))
 
 
 def test_overlapped_clearing_counts_the_pending_feedback_once() -> None:
@@ -189,7 +185,7 @@ def test_overlapped_clearing_counts_the_pending_feedback_once() -> None:
     strategy.withheld(0)
     strategy.apply(0, _other(payload))
     restored = {n: BETA * LR * g0[n] + LR * g1[n] for n in g0}
-    assert _assert_settled(strategy, restored, _aggregate(strategy, payload)) > 0
+    assert _assert_settled(strategy, restored, _aggregate(strategy, _other(payload))) > 0
 
 
 def test_withheld_and_never_applied_keeps_the_whole_selection() -> None:
