@@ -3,10 +3,10 @@ aggregates all of them, and what does a peer fetch?
 
 N simulated peers (codec on the path, node/sim/), the same model init, tokens and schedule for every K (K
 is not part of the simulator's run id, so each peer draws the same batches). The included payloads are
-chosen by the round machine's own rule (protocol/consensus/inclusion_bound.py). Reported per K: final
-held-out loss and its ratio to K = all; the longest a peer went between two lists including it, against
-ceil(N / K) + 1; and the payload bytes one peer fetches a step, against K x payload. Writes
-bench/results/bounded_inclusion.json.
+chosen by the round machine's own rule (protocol/consensus/inclusion_bound.py). Reported per K, over the
+seeds: the mean final held-out loss and its ratio to K = all's mean (and both per seed); the longest a peer
+went between two lists including it, against ceil(N / K) + 1; and the payload bytes one peer fetches a
+step, against K x payload. Writes bench/results/bounded_inclusion.json.
 """
 
 from __future__ import annotations
